@@ -1,0 +1,53 @@
+// The kvcheck subcommands: each has an Args struct, an add_* that registers its flags with CLI11,
+// and a run_* that does the work and returns the exit code (InputError propagates to main).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace kvcheck::cli {
+
+std::string version_string();
+
+struct GenerateArgs {
+  std::string model;
+  std::string prompt;
+  std::string ids;  // "1,2,3"; parsed by parse_token_ids
+  std::int64_t max_new_tokens = 16;
+  std::string dump_logits;
+  std::string decode_path = "cache";
+  bool no_bos = false;
+  bool ignore_eos = false;
+};
+void add_generate(CLI::App& app, GenerateArgs& args);
+// "1, 2,3" -> {1, 2, 3}. InputError naming --ids and the index of anything that is not an
+// integer; an empty or all-blank string gives an empty list.
+std::vector<std::int64_t> parse_token_ids(const std::string& text);
+int run_generate(const GenerateArgs& args);
+
+struct MakeModelArgs {
+  bool random = false;
+  std::string family = "llama";
+  std::int64_t layers = 2;
+  std::int64_t hidden = 64;
+  std::int64_t heads = 4;
+  std::int64_t kv_heads = 2;
+  std::int64_t head_dim = 0;      // 0: hidden / heads
+  std::int64_t intermediate = 0;  // 0: 8/3 * hidden rounded up to a multiple of 32
+  std::int64_t vocab = 0;         // 0: the tokenizer's vocabulary size
+  std::int64_t max_positions = 2048;
+  double rope_theta = 10000.0;
+  bool tie = false;
+  std::string dtype = "f32";
+  std::string tokenizer;
+  std::uint64_t seed = 0;
+  std::string out;
+};
+void add_make_model(CLI::App& app, MakeModelArgs& args);
+int run_make_model(const MakeModelArgs& args);
+
+}  // namespace kvcheck::cli

@@ -1,0 +1,44 @@
+// kvcheck: the command-line front end.
+//
+// Exit codes: 0 success; 2 bad input (a malformed file, a bad flag, a prompt that does not fit)
+// with a message naming the file and field; 1 an internal error (a bug: please report it).
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "kernels/device.h"
+#include "reference/errors.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvcheck: verification-first correctness and benchmarking for KV-cache compression"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("kvcheck ") + kvcheck::cli::version_string());
+
+  kvcheck::cli::GenerateArgs generate_args;
+  kvcheck::cli::add_generate(app, generate_args);
+  kvcheck::cli::MakeModelArgs make_model_args;
+  kvcheck::cli::add_make_model(app, make_model_args);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+
+  try {
+    if (app.got_subcommand("generate")) return kvcheck::cli::run_generate(generate_args);
+    if (app.got_subcommand("make-model")) return kvcheck::cli::run_make_model(make_model_args);
+  } catch (const kvcheck::InputError& e) {
+    fmt::print(stderr, "kvcheck: error: {}\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "kvcheck: internal error: {}\n", e.what());
+    return 1;
+  }
+  return 1;
+}

@@ -1,0 +1,120 @@
+// Properties of exact attention over random shapes: head_dim 8..128, GQA ratios 1..8,
+// lengths 1..256. Reproduce a failure with RC_PARAMS="seed=<seed printed by RapidCheck>".
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+#include <rapidcheck/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "oracles/metrics.h"
+#include "reference/attention.h"
+
+namespace kvcheck {
+namespace {
+
+struct AttentionCase {
+  std::int64_t head_dim, kv_heads, ratio, tq, tk;
+  std::uint64_t seed;
+};
+
+rc::Gen<AttentionCase> gen_case() {
+  return rc::gen::apply(
+      [](std::int64_t d, std::int64_t kv, std::int64_t ratio, std::int64_t tk, std::int64_t tq_frac, std::uint64_t seed) {
+        const std::int64_t tq = std::max<std::int64_t>(1, tk * tq_frac / 4);  // queries are the last tq of tk
+        return AttentionCase{d, kv, ratio, tq, tk, seed};
+      },
+      rc::gen::inRange<std::int64_t>(8, 129), rc::gen::inRange<std::int64_t>(1, 3), rc::gen::inRange<std::int64_t>(1, 9),
+      rc::gen::inRange<std::int64_t>(1, 257), rc::gen::inRange<std::int64_t>(0, 5), rc::gen::arbitrary<std::uint64_t>());
+}
+
+MatrixRM random_matrix(Eigen::Index rows, Eigen::Index cols, std::uint64_t& state) {
+  MatrixRM m(rows, cols);
+  for (Eigen::Index i = 0; i < m.size(); ++i) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    m.data()[i] = static_cast<float>(static_cast<double>(state >> 11) * 0x1.0p-53 * 4.0 - 2.0);
+  }
+  return m;
+}
+
+// k: [T, kv*d] -> [T, kv*ratio*d], kv head g copied to query heads g*ratio .. g*ratio + ratio - 1.
+MatrixRM repeat_kv(const MatrixRM& k, std::int64_t kv, std::int64_t ratio, std::int64_t d) {
+  MatrixRM out(k.rows(), kv * ratio * d);
+  for (std::int64_t h = 0; h < kv * ratio; ++h) out.middleCols(h * d, d) = k.middleCols((h / ratio) * d, d);
+  return out;
+}
+
+std::span<const float> all(const MatrixRM& m) { return {m.data(), static_cast<std::size_t>(m.size())}; }
+
+RC_GTEST_PROP(AttentionProps, GqaEqualsMultiHeadOverRepeatedKv, ()) {
+  const AttentionCase c = *gen_case();
+  RC_CLASSIFY(c.ratio == 1, "mha");
+  std::uint64_t state = c.seed;
+  const std::int64_t heads = c.kv_heads * c.ratio;
+  const MatrixRM q = random_matrix(c.tq, heads * c.head_dim, state);
+  const MatrixRM k = random_matrix(c.tk, c.kv_heads * c.head_dim, state);
+  const MatrixRM v = random_matrix(c.tk, c.kv_heads * c.head_dim, state);
+  std::vector<std::int64_t> kp(static_cast<std::size_t>(c.tk)), qp(static_cast<std::size_t>(c.tq));
+  for (std::int64_t j = 0; j < c.tk; ++j) kp[j] = j;
+  for (std::int64_t i = 0; i < c.tq; ++i) qp[i] = c.tk - c.tq + i;
+  const MatrixRM gqa = attention_ref(q, k, v, qp, kp, {heads, c.kv_heads, c.head_dim, 0});
+  const MatrixRM mha = attention_ref(q, repeat_kv(k, c.kv_heads, c.ratio, c.head_dim),
+                                     repeat_kv(v, c.kv_heads, c.ratio, c.head_dim), qp, kp,
+                                     {heads, heads, c.head_dim, 0});
+  RC_ASSERT(gqa == mha);  // the same doubles in the same order: bit-identical
+}
+
+RC_GTEST_PROP(AttentionProps, ProbabilitiesAreCausalAndSumToOne, ()) {
+  const AttentionCase c = *gen_case();
+  std::uint64_t state = c.seed;
+  const std::int64_t heads = c.kv_heads * c.ratio;
+  const MatrixRM q = random_matrix(c.tq, heads * c.head_dim, state);
+  const MatrixRM k = random_matrix(c.tk, c.kv_heads * c.head_dim, state);
+  const MatrixRM v = random_matrix(c.tk, c.kv_heads * c.head_dim, state);
+  std::vector<std::int64_t> kp(static_cast<std::size_t>(c.tk)), qp(static_cast<std::size_t>(c.tq));
+  for (std::int64_t j = 0; j < c.tk; ++j) kp[j] = j;
+  for (std::int64_t i = 0; i < c.tq; ++i) qp[i] = c.tk - c.tq + i;
+  bool ok = true;
+  const MatrixRM out = attention_ref(q, k, v, qp, kp, {heads, c.kv_heads, c.head_dim, 0},
+                                     [&](std::int64_t, std::int64_t row, std::span<const double> p) {
+                                       double sum = 0.0;
+                                       for (std::size_t j = 0; j < p.size(); ++j) {
+                                         sum += p[j];
+                                         if (kp[j] > qp[row] && p[j] != 0.0) ok = false;
+                                         if (p[j] < 0.0) ok = false;
+                                       }
+                                       if (std::fabs(sum - 1.0) > 1e-12) ok = false;
+                                     });
+  RC_ASSERT(ok);
+  // Outputs are convex combinations of values: inside [min v, max v] per column.
+  RC_ASSERT(out.maxCoeff() <= v.maxCoeff() + 1e-5F);
+  RC_ASSERT(out.minCoeff() >= v.minCoeff() - 1e-5F);
+}
+
+RC_GTEST_PROP(AttentionProps, FutureKeysDoNotMatter, ()) {
+  const AttentionCase c = *gen_case();
+  RC_PRE(c.tq < c.tk);
+  std::uint64_t state = c.seed;
+  const std::int64_t heads = c.kv_heads * c.ratio;
+  const std::int64_t tq = c.tk - c.tq;  // queries at positions 0 .. tq - 1; keys tq .. tk - 1 are future
+  const MatrixRM q = random_matrix(tq, heads * c.head_dim, state);
+  const MatrixRM k = random_matrix(c.tk, c.kv_heads * c.head_dim, state);
+  const MatrixRM v = random_matrix(c.tk, c.kv_heads * c.head_dim, state);
+  std::vector<std::int64_t> kp(static_cast<std::size_t>(c.tk)), qp(static_cast<std::size_t>(tq));
+  for (std::int64_t j = 0; j < c.tk; ++j) kp[j] = j;
+  for (std::int64_t i = 0; i < tq; ++i) qp[i] = i;
+  MatrixRM k2 = k, v2 = v;
+  k2.bottomRows(c.tk - tq).setConstant(1e4F);
+  v2.bottomRows(c.tk - tq).setConstant(std::nanf(""));
+  const AttentionShape s{heads, c.kv_heads, c.head_dim, 0};
+  RC_ASSERT(attention_ref(q, k, v, qp, kp, s) == attention_ref(q, k2, v2, qp, kp, s));
+  // And a query's output equals attention over exactly the keys it can see.
+  const MatrixRM out = attention_ref(q, k, v, qp, kp, s);
+  const MatrixRM seen = attention_ref(q.bottomRows(1), k.topRows(tq), v.topRows(tq),
+                                      std::span<const std::int64_t>(&qp.back(), 1),
+                                      std::span<const std::int64_t>(kp.data(), static_cast<std::size_t>(tq)), s);
+  RC_ASSERT(nmse(all(seen), all(MatrixRM(out.bottomRows(1)))) == 0.0);
+}
+
+}  // namespace
+}  // namespace kvcheck

@@ -1,0 +1,329 @@
+// The reference transformer end to end on tiny random models: the two decode paths agree, a
+// checkpoint written to disk reads back bit-identical, GQA equals MHA with duplicated KV heads,
+// and every bad model or request is rejected with a message that names it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <string>
+
+#include "oracles/metrics.h"
+#include "properties/support/model_fixtures.h"
+#include "properties/support/test_support.h"
+#include "reference/errors.h"
+#include "reference/model.h"
+#include "reference/random_model.h"
+#include "reference/safetensors.h"
+#include "reference/weights.h"
+
+namespace kvcheck {
+namespace {
+
+using testing::TempDir;
+using testing::test_tokens;
+using testing::tiny_config;
+using testing::tiny_model;
+
+std::span<const float> all(const MatrixRM& m) { return {m.data(), static_cast<std::size_t>(m.size())}; }
+
+// The KV-cache path and full recompute are the same mathematics; only float rounding of the
+// GEMMs (blocking depends on the row count) may differ. 1e-12 is far below any real bug.
+constexpr double kDecodePathNmse = 1e-12;
+
+template <typename Fn>
+void expect_input_error(Fn&& fn, const std::vector<std::string>& needles) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected InputError";
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    for (const std::string& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
+  }
+}
+
+TEST(ReferenceModel, KvCacheDecodeEqualsFullRecompute) {
+  const ModelConfig c = tiny_config();
+  const ReferenceModel model = tiny_model(c, 11);
+  const std::vector<std::int32_t> tokens = test_tokens(37, c.vocab_size, 3);
+  const MatrixRM full = model.forward(tokens);
+  ASSERT_EQ(full.rows(), 37);
+  ASSERT_EQ(full.cols(), c.vocab_size);
+
+  KVCache cache(c, 64);
+  MatrixRM inc(37, c.vocab_size);
+  const std::int64_t chunks[] = {5, 1, 1, 13, 1, 16};  // prefill, decode steps, a second chunk, ...
+  std::int64_t at = 0;
+  for (const std::int64_t n : chunks) {
+    inc.middleRows(at, n) = model.forward(std::span<const std::int32_t>(tokens.data() + at, n), cache);
+    at += n;
+  }
+  ASSERT_EQ(at, 37);
+  EXPECT_EQ(cache.size(), 37);
+  EXPECT_LT(nmse(all(inc), all(full)), kDecodePathNmse);
+  EXPECT_TRUE(full.allFinite());
+}
+
+TEST(ReferenceModel, LogitsDependOnEveryEarlierTokenButNoLaterOne) {
+  const ModelConfig c = tiny_config();
+  const ReferenceModel model = tiny_model(c, 5);
+  std::vector<std::int32_t> a = test_tokens(12, c.vocab_size, 9);
+  std::vector<std::int32_t> b = a;
+  b[11] = (b[11] + 1) % static_cast<std::int32_t>(c.vocab_size);  // change the last token
+  const MatrixRM la = model.forward(a), lb = model.forward(b);
+  EXPECT_EQ(la.topRows(11), lb.topRows(11));  // causal: earlier positions unchanged, bit for bit
+  EXPECT_NE(la.row(11), lb.row(11));
+  std::vector<std::int32_t> d = a;
+  d[0] = (d[0] + 1) % static_cast<std::int32_t>(c.vocab_size);  // change the first token
+  const MatrixRM ld = model.forward(d);
+  EXPECT_NE(la.row(11), ld.row(11));
+}
+
+TEST(ReferenceModel, GqaEqualsMhaWithDuplicatedKvHeads) {
+  testing::TinyShape shape;
+  shape.heads = 4;
+  shape.kv_heads = 2;
+  const ModelConfig gqa = tiny_config(shape);
+  TensorMap weights = make_random_weights(gqa, DType::kF32, 21);
+  // The MHA twin: 4 kv heads, k/v projections of kv head g copied to heads 2g and 2g + 1.
+  ModelConfig mha = gqa;
+  mha.num_key_value_heads = 4;
+  TensorMap mha_weights = weights;
+  for (std::int64_t l = 0; l < gqa.num_hidden_layers; ++l) {
+    for (const char* proj : {"self_attn.k_proj.weight", "self_attn.v_proj.weight"}) {
+      const std::string name = layer_tensor_name(l, proj);
+      const TensorView t = *weights.find(name);
+      std::vector<float> src(static_cast<std::size_t>(t.numel()));
+      to_float(t, src, name);
+      const std::int64_t d = gqa.head_dim, h = gqa.hidden_size;
+      std::vector<float> dst(static_cast<std::size_t>(4 * d * h));
+      for (std::int64_t head = 0; head < 4; ++head) {
+        std::copy_n(src.begin() + (head / 2) * d * h, d * h, dst.begin() + head * d * h);
+      }
+      mha_weights.add_float(name, DType::kF32, {4 * d, h}, dst);
+    }
+  }
+  const ReferenceModel a(gqa, std::make_shared<TensorMap>(weights), "gqa");
+  const ReferenceModel b(mha, std::make_shared<TensorMap>(mha_weights), "mha");
+  const std::vector<std::int32_t> tokens = test_tokens(19, gqa.vocab_size, 4);
+  const MatrixRM la = a.forward(tokens), lb = b.forward(tokens);
+  EXPECT_LT(nmse(all(la), all(lb)), 1e-12);
+}
+
+class MakeModelRoundTrip : public ::testing::TestWithParam<DType> {};
+
+TEST_P(MakeModelRoundTrip, CheckpointReadBackGivesBitIdenticalLogits) {
+  TempDir dir;
+  const ModelConfig c = tiny_config();
+  const TensorMap weights = make_random_weights(c, GetParam(), 77);
+  write_model(dir.path(), c, weights);
+  const ReferenceModel in_memory(c, std::make_shared<TensorMap>(weights), "memory");
+  const ReferenceModel from_disk = ReferenceModel::load(dir.path());
+  EXPECT_EQ(from_disk.config().hidden_size, c.hidden_size);
+  EXPECT_EQ(from_disk.config().eos_token_ids, c.eos_token_ids);
+  const std::vector<std::int32_t> tokens = test_tokens(9, c.vocab_size, 1);
+  EXPECT_EQ(in_memory.forward(tokens), from_disk.forward(tokens));
+}
+
+std::string dtype_param_name(const ::testing::TestParamInfo<DType>& p) { return std::string(dtype_name(p.param)); }
+
+INSTANTIATE_TEST_SUITE_P(AllFloatDtypes, MakeModelRoundTrip, ::testing::Values(DType::kF32, DType::kF16, DType::kBF16),
+                         dtype_param_name);
+
+TEST(ReferenceModel, SameSeedSameBytesOtherSeedOtherBytes) {
+  TempDir dir;
+  const ModelConfig c = tiny_config();
+  write_model(dir / "a", c, make_random_weights(c, DType::kBF16, 3));
+  write_model(dir / "b", c, make_random_weights(c, DType::kBF16, 3));
+  write_model(dir / "c", c, make_random_weights(c, DType::kBF16, 4));
+  const std::string a = testing::read_file(dir / "a" / "model.safetensors");
+  EXPECT_EQ(a, testing::read_file(dir / "b" / "model.safetensors"));
+  EXPECT_NE(a, testing::read_file(dir / "c" / "model.safetensors"));
+}
+
+TEST(ReferenceModel, ShardedCheckpointEqualsSingleFile) {
+  TempDir dir;
+  const ModelConfig c = tiny_config();
+  const TensorMap weights = make_random_weights(c, DType::kF32, 8);
+  write_model(dir / "single", c, weights);
+
+  // Split: layer 0 and the embedding in shard 1, everything else in shard 2.
+  const std::filesystem::path sharded = dir / "sharded";
+  std::filesystem::create_directories(sharded);
+  std::filesystem::copy_file(dir / "single" / "config.json", sharded / "config.json");
+  TensorMap first, second;
+  nlohmann::json index;
+  for (const std::string& name : weights.names()) {
+    const TensorView t = *weights.find(name);
+    const bool in_first = name.starts_with("model.layers.0.") || name == "model.embed_tokens.weight";
+    (in_first ? first : second).add(name, t.dtype, t.shape, t.bytes);
+    index["weight_map"][name] = in_first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+  }
+  write_safetensors(sharded / "model-00001-of-00002.safetensors", first);
+  write_safetensors(sharded / "model-00002-of-00002.safetensors", second);
+  testing::write_file(sharded / "model.safetensors.index.json", index.dump());
+
+  const std::vector<std::int32_t> tokens = test_tokens(7, c.vocab_size, 2);
+  EXPECT_EQ(ReferenceModel::load(dir / "single").forward(tokens), ReferenceModel::load(sharded).forward(tokens));
+}
+
+TEST(ReferenceModel, LayersConvertedOnEachUseWhenTheyDoNotFitTheBudget) {
+  const ModelConfig c = tiny_config();
+  LoadOptions none;
+  none.max_resident_bytes = 0;
+  const ReferenceModel lean = tiny_model(c, 12, DType::kBF16, none);
+  const ReferenceModel kept = tiny_model(c, 12, DType::kBF16);
+  const std::vector<std::int32_t> tokens = test_tokens(6, c.vocab_size, 6);
+  EXPECT_EQ(lean.forward(tokens), kept.forward(tokens));
+  EXPECT_EQ(lean.weights().resident_bytes(), 0U);
+  EXPECT_GT(kept.weights().resident_bytes(), 0U);
+}
+
+TEST(ReferenceModel, BiasesAndNormWeightsAreUsed) {
+  testing::TinyShape shape;
+  ModelConfig c = tiny_config(shape);
+  c.family = ModelFamily::kQwen2;
+  c.qkv_bias = true;
+  TensorMap weights = make_random_weights(c, DType::kF32, 13);
+  const std::vector<std::int32_t> tokens = test_tokens(5, c.vocab_size, 13);
+  const MatrixRM base = ReferenceModel(c, std::make_shared<TensorMap>(weights), "qwen2").forward(tokens);
+  for (const std::string& name : {layer_tensor_name(1, "self_attn.k_proj.bias"), layer_tensor_name(0, "self_attn.v_proj.bias"),
+                                 layer_tensor_name(1, "post_attention_layernorm.weight"), std::string("model.norm.weight")}) {
+    TensorMap changed = weights;
+    const TensorView t = *weights.find(name);
+    changed.add_float(name, DType::kF32, t.shape, std::vector<float>(static_cast<std::size_t>(t.numel()), 0.5F));
+    const MatrixRM other = ReferenceModel(c, std::make_shared<TensorMap>(changed), "qwen2").forward(tokens);
+    EXPECT_NE(base, other) << name << " had no effect";
+  }
+}
+
+class RecordEverything : public AttentionRecorder {
+ public:
+  void on_qkv(std::int64_t layer, std::int64_t pos0, const MatrixRM& q, const MatrixRM& k, const MatrixRM&) override {
+    if (layer == 0) qkv_calls.push_back({pos0, q.rows(), q.cols(), k.cols()});
+  }
+  bool wants_probs(std::int64_t layer) const override { return layer == 1; }
+  void on_probs(std::int64_t layer, std::int64_t, std::int64_t query_pos, std::span<const double> probs) override {
+    EXPECT_EQ(layer, 1);
+    double sum = 0;
+    for (std::size_t j = 0; j < probs.size(); ++j) {
+      sum += probs[j];
+      if (static_cast<std::int64_t>(j) > query_pos) {
+        EXPECT_EQ(probs[j], 0.0);  // causal
+      }
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-12);
+    // Keys held when the query ran: 4 after the first call, 6 after the second.
+    EXPECT_EQ(static_cast<std::int64_t>(probs.size()), query_pos < 4 ? 4 : 6);
+    ++prob_rows;
+  }
+  std::vector<std::array<std::int64_t, 4>> qkv_calls;
+  int prob_rows = 0;
+};
+
+TEST(ReferenceModel, RecorderSeesPostRopeQkvAndProbabilities) {
+  const ModelConfig c = tiny_config();
+  const ReferenceModel model = tiny_model(c, 4);
+  const std::vector<std::int32_t> tokens = test_tokens(6, c.vocab_size, 4);
+  KVCache cache(c, 8);
+  RecordEverything rec;
+  model.forward(std::span<const std::int32_t>(tokens.data(), 4), cache, &rec);
+  model.forward(std::span<const std::int32_t>(tokens.data() + 4, 2), cache, &rec);
+  ASSERT_EQ(rec.qkv_calls.size(), 2U);
+  EXPECT_EQ(rec.qkv_calls[0], (std::array<std::int64_t, 4>{0, 4, c.q_dim(), c.kv_dim()}));
+  EXPECT_EQ(rec.qkv_calls[1], (std::array<std::int64_t, 4>{4, 2, c.q_dim(), c.kv_dim()}));
+  EXPECT_EQ(rec.prob_rows, 6 * c.num_attention_heads);
+}
+
+TEST(ReferenceModel, Llama3RopeScalingAndSlidingWindowRun) {
+  ModelConfig c = tiny_config();
+  c.rope_scaling.type = RopeScaling::Type::kLlama3;
+  c.rope_scaling.factor = 8;
+  c.rope_scaling.original_max_position_embeddings = 16;
+  c.rope_theta = 500000;
+  const ReferenceModel scaled = tiny_model(c, 2);
+  ModelConfig windowed = tiny_config();
+  windowed.family = ModelFamily::kMistral;
+  windowed.sliding_window = 4;
+  const ReferenceModel sw = tiny_model(windowed, 2);
+  const ReferenceModel plain = tiny_model(tiny_config(), 2);
+  const std::vector<std::int32_t> tokens = test_tokens(10, c.vocab_size, 5);
+  const MatrixRM lp = plain.forward(tokens), ls = scaled.forward(tokens), lw = sw.forward(tokens);
+  EXPECT_NE(lp, ls);
+  // The window only matters once a query has more than 4 keys behind it.
+  EXPECT_EQ(lp.topRows(4), lw.topRows(4));
+  EXPECT_NE(lp.row(9), lw.row(9));
+  // The windowed model's cache path agrees with its recompute path too.
+  KVCache cache(windowed, 10);
+  MatrixRM inc(10, c.vocab_size);
+  for (int t = 0; t < 10; ++t) inc.row(t) = sw.forward(std::span<const std::int32_t>(&tokens[t], 1), cache);
+  EXPECT_LT(nmse(all(inc), all(lw)), kDecodePathNmse);
+}
+
+// ---- bad input ----
+
+TEST(ReferenceModelBadInput, MissingTensorIsNamed) {
+  TempDir dir;
+  const ModelConfig c = tiny_config();
+  TensorMap weights = make_random_weights(c, DType::kF32, 1);
+  weights.erase(layer_tensor_name(1, "mlp.up_proj.weight"));
+  write_safetensors(dir / "model.safetensors", weights);
+  testing::write_file(dir / "config.json", config_to_json(c).dump());
+  expect_input_error([&] { ReferenceModel::load(dir.path()); },
+                     {"model.layers.1.mlp.up_proj.weight", "missing tensor", (dir / "config.json").string()});
+}
+
+TEST(ReferenceModelBadInput, ShapeThatDoesNotMatchTheConfigIsNamed) {
+  TempDir dir;
+  const ModelConfig c = tiny_config();
+  TensorMap weights = make_random_weights(c, DType::kF32, 1);
+  const std::string name = layer_tensor_name(0, "self_attn.k_proj.weight");
+  weights.add_float(name, DType::kF32, {c.q_dim(), c.hidden_size},
+                    std::vector<float>(static_cast<std::size_t>(c.q_dim() * c.hidden_size), 0.0F));
+  write_safetensors(dir / "model.safetensors", weights);
+  testing::write_file(dir / "config.json", config_to_json(c).dump());
+  expect_input_error([&] { ReferenceModel::load(dir.path()); },
+                     {name, "shape [32, 32]", "[16, 32]", (dir / "model.safetensors").string()});
+}
+
+TEST(ReferenceModelBadInput, NonFloatDtypeIsNamed) {
+  TempDir dir;
+  const ModelConfig c = tiny_config();
+  TensorMap weights = make_random_weights(c, DType::kF32, 1);
+  const std::vector<std::byte> bytes(static_cast<std::size_t>(c.hidden_size) * 4);
+  weights.add("model.norm.weight", DType::kI32, {c.hidden_size}, bytes);
+  write_safetensors(dir / "model.safetensors", weights);
+  testing::write_file(dir / "config.json", config_to_json(c).dump());
+  expect_input_error([&] { ReferenceModel::load(dir.path()); }, {"model.norm.weight", "I32", "model.safetensors"});
+}
+
+TEST(ReferenceModelBadInput, EmptyPromptOutOfVocabularyAndTooLong) {
+  testing::TinyShape shape;
+  shape.max_positions = 16;
+  const ModelConfig c = tiny_config(shape);
+  const ReferenceModel model = tiny_model(c, 1);
+  expect_input_error([&] { model.forward(std::vector<std::int32_t>{}); }, {"empty"});
+  expect_input_error([&] { model.forward(std::vector<std::int32_t>{1, 2, 40}); },
+                     {"token id 40", "index 2", "[0, 40)"});
+  expect_input_error([&] { model.forward(std::vector<std::int32_t>{1, -1}); }, {"token id -1"});
+  expect_input_error([&] { model.forward(test_tokens(17, c.vocab_size, 1)); },
+                     {"17 tokens", "max_position_embeddings 16"});
+  // Through the cache too: 10 + 7 > 16.
+  KVCache cache(c, 16);
+  model.forward(test_tokens(10, c.vocab_size, 1), cache);
+  expect_input_error([&] { model.forward(test_tokens(7, c.vocab_size, 1), cache); }, {"position 10"});
+  EXPECT_EQ(cache.size(), 10);  // the failed call appended nothing
+}
+
+TEST(ReferenceModelBadInput, NanWeightsNameTheLayer) {
+  const ModelConfig c = tiny_config();
+  TensorMap weights = make_random_weights(c, DType::kF32, 1);
+  const std::string name = layer_tensor_name(1, "mlp.down_proj.weight");
+  std::vector<float> poisoned(static_cast<std::size_t>(c.hidden_size * c.intermediate_size), 0.01F);
+  poisoned[5] = std::nanf("");
+  weights.add_float(name, DType::kF32, {c.hidden_size, c.intermediate_size}, poisoned);
+  const ReferenceModel model(c, std::make_shared<TensorMap>(weights), "poisoned");
+  expect_input_error([&] { model.forward(test_tokens(3, c.vocab_size, 1)); }, {"model.layers.1", "non-finite", "poisoned"});
+}
+
+}  // namespace
+}  // namespace kvcheck

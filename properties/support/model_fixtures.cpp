@@ -1,0 +1,43 @@
+#include "properties/support/model_fixtures.h"
+
+#include "reference/random_model.h"
+
+namespace kvcheck::testing {
+
+ModelConfig tiny_config(const TinyShape& s) {
+  ModelConfig c;
+  c.family = ModelFamily::kLlama;
+  c.num_hidden_layers = s.layers;
+  c.num_attention_heads = s.heads;
+  c.num_key_value_heads = s.kv_heads;
+  c.head_dim = s.head_dim;
+  c.hidden_size = s.hidden;
+  c.intermediate_size = s.intermediate;
+  c.vocab_size = s.vocab;
+  c.max_position_embeddings = s.max_positions;
+  c.rms_norm_eps = 1e-5;
+  c.rope_theta = 10000.0;
+  c.bos_token_id = 1;
+  c.eos_token_ids = {2};
+  c.torch_dtype = "float32";
+  return c;
+}
+
+ReferenceModel tiny_model(const ModelConfig& config, std::uint64_t seed, DType dtype, const LoadOptions& options) {
+  auto weights = std::make_shared<TensorMap>(make_random_weights(config, dtype, seed));
+  return ReferenceModel(config, std::move(weights), "<tiny model>", options);
+}
+
+std::vector<std::int32_t> test_tokens(std::int64_t n, std::int64_t vocab, std::uint64_t seed) {
+  std::vector<std::int32_t> out(static_cast<std::size_t>(n));
+  std::uint64_t x = seed * 0x9e3779b97f4a7c15ULL + 1;
+  for (auto& t : out) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    t = static_cast<std::int32_t>(x % static_cast<std::uint64_t>(vocab));
+  }
+  return out;
+}
+
+}  // namespace kvcheck::testing

@@ -1,0 +1,36 @@
+// Small models for tests: configs, random weights, and checkpoints on disk.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include "reference/config.h"
+#include "reference/model.h"
+#include "reference/tensor.h"
+
+namespace kvcheck::testing {
+
+struct TinyShape {
+  std::int64_t layers = 2;
+  std::int64_t heads = 4;
+  std::int64_t kv_heads = 2;
+  std::int64_t head_dim = 8;
+  std::int64_t hidden = 32;  // must be a multiple of heads
+  std::int64_t intermediate = 48;
+  std::int64_t vocab = 40;
+  std::int64_t max_positions = 512;
+};
+
+// A valid Llama config of the given shape (eos id 2, bos id 1, rope_theta 10000).
+ModelConfig tiny_config(const TinyShape& shape = {});
+
+// A reference model over random in-memory weights.
+ReferenceModel tiny_model(const ModelConfig& config, std::uint64_t seed, DType dtype = DType::kF32,
+                          const LoadOptions& options = {});
+
+// Deterministic token ids in [0, vocab).
+std::vector<std::int32_t> test_tokens(std::int64_t n, std::int64_t vocab, std::uint64_t seed);
+
+}  // namespace kvcheck::testing

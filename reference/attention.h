@@ -1,0 +1,33 @@
+// Exact causal attention with grouped-query heads, accumulated in double. The oracle every
+// attention kernel of the engine is held against.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+
+#include "reference/matrix.h"
+
+namespace kvcheck {
+
+struct AttentionShape {
+  std::int64_t n_heads = 0;     // query heads
+  std::int64_t n_kv_heads = 0;  // key/value heads; query head h reads kv head h / (n_heads / n_kv_heads)
+  std::int64_t head_dim = 0;
+  std::int64_t sliding_window = 0;  // 0: none; else key j is visible only if q_pos - k_pos < window
+};
+
+// Called once per (query head, query row) with that row's probabilities over all Tk keys
+// (exactly 0 for masked keys). The span is only valid during the call.
+using AttentionProbsFn = std::function<void(std::int64_t head, std::int64_t query_row, std::span<const double> probs)>;
+
+// q: [Tq, n_heads * head_dim]; k, v: [Tk, n_kv_heads * head_dim]  (head h in columns [h*d, (h+1)*d))
+// q_pos: [Tq], k_pos: [Tk]: absolute positions. Key j is visible to query i when
+// k_pos[j] <= q_pos[i] (and within the sliding window, if any).
+// Returns out: [Tq, n_heads * head_dim], out_i = sum_j softmax_j(q_i . k_j / sqrt(d)) v_j.
+// Throws std::invalid_argument on inconsistent shapes or a query that sees no key.
+MatrixRM attention_ref(const MatrixRM& q, const MatrixRM& k, const MatrixRM& v,
+                       std::span<const std::int64_t> q_pos, std::span<const std::int64_t> k_pos,
+                       const AttentionShape& shape, const AttentionProbsFn& on_probs = {});
+
+}  // namespace kvcheck

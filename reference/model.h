@@ -1,0 +1,98 @@
+// The reference Llama-family transformer: slow, exact, single-threaded on purpose.
+//
+// Per layer:  h += o_proj(attention(rope(q_proj(n)), rope(k_proj(n)), v_proj(n))),  n = rmsnorm(h)
+//             h += down_proj(silu(gate_proj(n)) * up_proj(n)),                      n = rmsnorm(h)
+// then logits = lm_head(rmsnorm(h)). Projections are float GEMMs (Eigen); norms, RoPE and the
+// whole attention (logits, softmax, weighted sum) are computed in double.
+//
+// Two decode paths that must agree: forward(tokens) recomputes every position from scratch;
+// forward(tokens, cache) appends to a contiguous KV cache and computes only the new positions.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "reference/attention.h"
+#include "reference/config.h"
+#include "reference/matrix.h"
+#include "reference/tensor.h"
+#include "reference/weights.h"
+
+namespace kvcheck {
+
+// Hooks that see the inside of the forward pass. Oracles and policies use them.
+class AttentionRecorder {
+ public:
+  virtual ~AttentionRecorder() = default;
+  // Post-RoPE q, k and v of the tokens just processed, at positions pos0, pos0 + 1, ...
+  // q: [T, n_heads * head_dim]; k, v: [T, n_kv_heads * head_dim].
+  virtual void on_qkv(std::int64_t /*layer*/, std::int64_t /*pos0*/, const MatrixRM& /*q*/, const MatrixRM& /*k*/,
+                      const MatrixRM& /*v*/) {}
+  // Whether on_probs should be called for `layer` (probabilities cost O(T * context) per head).
+  virtual bool wants_probs(std::int64_t /*layer*/) const { return false; }
+  // Attention probabilities of query head `head` at position `query_pos` over the keys at
+  // positions 0 .. probs.size() - 1 (0 for masked keys).
+  virtual void on_probs(std::int64_t /*layer*/, std::int64_t /*head*/, std::int64_t /*query_pos*/,
+                        std::span<const double> /*probs*/) {}
+};
+
+// A plain contiguous KV cache: per layer, K and V rows for positions 0 .. size() - 1.
+class KVCache {
+ public:
+  KVCache(const ModelConfig& config, std::int64_t capacity);
+
+  std::int64_t size() const { return size_; }
+  std::int64_t capacity() const { return capacity_; }
+  // Rows [0, size()) of layer `layer`: [size(), n_kv_heads * head_dim], post-RoPE keys.
+  const MatrixRM& keys(std::int64_t layer) const { return k_[layer]; }
+  const MatrixRM& values(std::int64_t layer) const { return v_[layer]; }
+
+ private:
+  friend class ReferenceModel;
+  std::int64_t capacity_;
+  std::int64_t size_ = 0;
+  std::vector<MatrixRM> k_;  // [layers] x [capacity, kv_dim]
+  std::vector<MatrixRM> v_;
+};
+
+struct LoadOptions {
+  // Converted (float) weights kept in memory; layers beyond it are converted again on each use.
+  std::size_t max_resident_bytes = std::size_t{16} << 30;
+};
+
+class ReferenceModel {
+ public:
+  // Reads DIR/config.json and DIR/model.safetensors (or the sharded index) and validates every
+  // tensor against the config. InputError naming the file and field/tensor on any problem.
+  static ReferenceModel load(const std::filesystem::path& dir, const LoadOptions& options = {});
+
+  ReferenceModel(ModelConfig config, std::shared_ptr<const TensorSource> weights, std::string origin,
+                 const LoadOptions& options = {});
+
+  const ModelConfig& config() const { return weights_.config(); }
+  const ModelWeights& weights() const { return weights_; }
+  const std::string& origin() const { return origin_; }
+
+  // Full recompute: logits [T, vocab] for positions 0 .. T - 1.
+  MatrixRM forward(std::span<const std::int32_t> tokens, AttentionRecorder* recorder = nullptr) const;
+  // Incremental: tokens sit at positions cache.size() ...; they are appended to the cache and
+  // their logits [T, vocab] returned.
+  MatrixRM forward(std::span<const std::int32_t> tokens, KVCache& cache, AttentionRecorder* recorder = nullptr) const;
+
+  // InputError unless tokens is non-empty, every id is in [0, vocab) and pos0 + T fits in
+  // max_position_embeddings. `request` names the input in the message.
+  void check_tokens(std::span<const std::int32_t> tokens, std::int64_t pos0, const std::string& request) const;
+
+ private:
+  MatrixRM run(std::span<const std::int32_t> tokens, KVCache& cache, AttentionRecorder* recorder) const;
+
+  std::string origin_;
+  ModelWeights weights_;
+  std::vector<double> inv_freq_;  // [head_dim / 2]
+};
+
+}  // namespace kvcheck
