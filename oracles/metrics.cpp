@@ -7,12 +7,14 @@
 namespace kvcheck {
 
 namespace {
-void check_same_size(std::span<const float> a, std::span<const float> b) {
+
+template <typename T>
+void check_same_size(std::span<const T> a, std::span<const T> b) {
   if (a.size() != b.size()) throw std::invalid_argument("metrics: spans differ in size");
 }
-}  // namespace
 
-double nmse(std::span<const float> a, std::span<const float> ref) {
+template <typename T>
+double nmse_impl(std::span<const T> a, std::span<const T> ref) {
   check_same_size(a, ref);
   double err = 0.0;
   double norm = 0.0;
@@ -26,7 +28,8 @@ double nmse(std::span<const float> a, std::span<const float> ref) {
   return err / norm;
 }
 
-double max_abs_diff(std::span<const float> a, std::span<const float> ref) {
+template <typename T>
+double max_abs_diff_impl(std::span<const T> a, std::span<const T> ref) {
   check_same_size(a, ref);
   double m = 0.0;
   for (std::size_t i = 0; i < a.size(); ++i) {
@@ -36,5 +39,12 @@ double max_abs_diff(std::span<const float> a, std::span<const float> ref) {
   }
   return m;
 }
+
+}  // namespace
+
+double nmse(std::span<const float> a, std::span<const float> ref) { return nmse_impl(a, ref); }
+double nmse(std::span<const double> a, std::span<const double> ref) { return nmse_impl(a, ref); }
+double max_abs_diff(std::span<const float> a, std::span<const float> ref) { return max_abs_diff_impl(a, ref); }
+double max_abs_diff(std::span<const double> a, std::span<const double> ref) { return max_abs_diff_impl(a, ref); }
 
 }  // namespace kvcheck

@@ -11,7 +11,7 @@ namespace kvcheck {
 
 namespace {
 
-void check_shapes(const MatrixRM& q, const MatrixRM& k, const MatrixRM& v, std::span<const std::int64_t> q_pos,
+void check_shapes(const MatrixRMd& q, const MatrixRMd& k, const MatrixRMd& v, std::span<const std::int64_t> q_pos,
                   std::span<const std::int64_t> k_pos, const AttentionShape& s) {
   if (s.n_heads <= 0 || s.n_kv_heads <= 0 || s.head_dim <= 0 || s.n_heads % s.n_kv_heads != 0) {
     throw std::invalid_argument(fmt::format("attention_ref: bad head counts (heads {}, kv heads {}, head_dim {})",
@@ -32,16 +32,16 @@ bool visible(std::int64_t qp, std::int64_t kp, std::int64_t window) {
 
 }  // namespace
 
-MatrixRM attention_ref(const MatrixRM& q, const MatrixRM& k, const MatrixRM& v,
-                       std::span<const std::int64_t> q_pos, std::span<const std::int64_t> k_pos,
-                       const AttentionShape& shape, const AttentionProbsFn& on_probs) {
+MatrixRMd attention_ref(const MatrixRMd& q, const MatrixRMd& k, const MatrixRMd& v,
+                        std::span<const std::int64_t> q_pos, std::span<const std::int64_t> k_pos,
+                        const AttentionShape& shape, const AttentionProbsFn& on_probs) {
   check_shapes(q, k, v, q_pos, k_pos, shape);
   const std::int64_t d = shape.head_dim;
   const std::int64_t group = shape.n_heads / shape.n_kv_heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   const Eigen::Index n_keys = k.rows();
 
-  MatrixRM out(q.rows(), q.cols());
+  MatrixRMd out(q.rows(), q.cols());
   std::vector<double> logits(static_cast<std::size_t>(n_keys));
   std::vector<double> acc(static_cast<std::size_t>(d));
   for (Eigen::Index i = 0; i < q.rows(); ++i) {
@@ -53,7 +53,7 @@ MatrixRM attention_ref(const MatrixRM& q, const MatrixRM& k, const MatrixRM& v,
         if (!visible(q_pos[i], k_pos[j], shape.sliding_window)) continue;
         double dot = 0.0;
         for (std::int64_t c = 0; c < d; ++c) {
-          dot += static_cast<double>(q(i, h * d + c)) * static_cast<double>(k(j, kv * d + c));
+          dot += q(i, h * d + c) * k(j, kv * d + c);
         }
         logits[j] = dot * scale;
         if (!any || logits[j] > max_logit) max_logit = logits[j];
@@ -75,9 +75,9 @@ MatrixRM attention_ref(const MatrixRM& q, const MatrixRM& k, const MatrixRM& v,
       for (Eigen::Index j = 0; j < n_keys; ++j) {
         logits[j] /= denom;  // now the probability of key j
         if (logits[j] == 0.0) continue;
-        for (std::int64_t c = 0; c < d; ++c) acc[c] += logits[j] * static_cast<double>(v(j, kv * d + c));
+        for (std::int64_t c = 0; c < d; ++c) acc[c] += logits[j] * v(j, kv * d + c);
       }
-      for (std::int64_t c = 0; c < d; ++c) out(i, h * d + c) = static_cast<float>(acc[c]);
+      for (std::int64_t c = 0; c < d; ++c) out(i, h * d + c) = acc[c];
       if (on_probs) on_probs(h, i, std::span<const double>(logits.data(), logits.size()));
     }
   }

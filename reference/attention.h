@@ -1,5 +1,5 @@
-// Exact causal attention with grouped-query heads, accumulated in double. The oracle every
-// attention kernel of the engine is held against.
+// Exact causal attention with grouped-query heads, in double. The oracle every attention kernel
+// of the engine is held against (cast float inputs with .cast<double>()).
 #pragma once
 
 #include <cstdint>
@@ -26,8 +26,8 @@ using AttentionProbsFn = std::function<void(std::int64_t head, std::int64_t quer
 // k_pos[j] <= q_pos[i] (and within the sliding window, if any).
 // Returns out: [Tq, n_heads * head_dim], out_i = sum_j softmax_j(q_i . k_j / sqrt(d)) v_j.
 // Throws std::invalid_argument on inconsistent shapes or a query that sees no key.
-MatrixRM attention_ref(const MatrixRM& q, const MatrixRM& k, const MatrixRM& v,
-                       std::span<const std::int64_t> q_pos, std::span<const std::int64_t> k_pos,
-                       const AttentionShape& shape, const AttentionProbsFn& on_probs = {});
+MatrixRMd attention_ref(const MatrixRMd& q, const MatrixRMd& k, const MatrixRMd& v,
+                        std::span<const std::int64_t> q_pos, std::span<const std::int64_t> k_pos,
+                        const AttentionShape& shape, const AttentionProbsFn& on_probs = {});
 
 }  // namespace kvcheck

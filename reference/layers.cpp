@@ -6,18 +6,16 @@
 
 namespace kvcheck {
 
-MatrixRM rmsnorm_ref(const MatrixRM& x, std::span<const float> weight, double eps) {
+MatrixRMd rmsnorm_ref(const MatrixRMd& x, std::span<const double> weight, double eps) {
   if (static_cast<std::int64_t>(weight.size()) != x.cols()) {
     throw std::invalid_argument("rmsnorm_ref: weight size differs from hidden size");
   }
-  MatrixRM out(x.rows(), x.cols());
+  MatrixRMd out(x.rows(), x.cols());
   for (Eigen::Index t = 0; t < x.rows(); ++t) {
     double sum_sq = 0.0;
-    for (Eigen::Index i = 0; i < x.cols(); ++i) sum_sq += static_cast<double>(x(t, i)) * x(t, i);
+    for (Eigen::Index i = 0; i < x.cols(); ++i) sum_sq += x(t, i) * x(t, i);
     const double inv_rms = 1.0 / std::sqrt(sum_sq / static_cast<double>(x.cols()) + eps);
-    for (Eigen::Index i = 0; i < x.cols(); ++i) {
-      out(t, i) = static_cast<float>(static_cast<double>(x(t, i)) * inv_rms * weight[i]);
-    }
+    for (Eigen::Index i = 0; i < x.cols(); ++i) out(t, i) = x(t, i) * inv_rms * weight[i];
   }
   return out;
 }
@@ -48,7 +46,7 @@ std::vector<double> rope_inv_freq(std::int64_t head_dim, double theta, const Rop
   return inv_freq;
 }
 
-void rope_ref(MatrixRM& x, std::int64_t n_heads, std::int64_t head_dim,
+void rope_ref(MatrixRMd& x, std::int64_t n_heads, std::int64_t head_dim,
               std::span<const std::int64_t> positions, std::span<const double> inv_freq) {
   const std::int64_t half = head_dim / 2;
   if (x.cols() != n_heads * head_dim || static_cast<std::int64_t>(positions.size()) != x.rows() ||
@@ -62,26 +60,26 @@ void rope_ref(MatrixRM& x, std::int64_t n_heads, std::int64_t head_dim,
       const double c = std::cos(angle);
       const double s = std::sin(angle);
       for (std::int64_t h = 0; h < n_heads; ++h) {
-        float& a = x(t, h * head_dim + i);
-        float& b = x(t, h * head_dim + i + half);
+        double& a = x(t, h * head_dim + i);
+        double& b = x(t, h * head_dim + i + half);
         const double a0 = a;
         const double b0 = b;
-        a = static_cast<float>(a0 * c - b0 * s);
-        b = static_cast<float>(b0 * c + a0 * s);
+        a = a0 * c - b0 * s;
+        b = b0 * c + a0 * s;
       }
     }
   }
 }
 
-MatrixRM swiglu_ref(const MatrixRM& gate, const MatrixRM& up) {
+MatrixRMd swiglu_ref(const MatrixRMd& gate, const MatrixRMd& up) {
   if (gate.rows() != up.rows() || gate.cols() != up.cols()) {
     throw std::invalid_argument("swiglu_ref: gate and up differ in shape");
   }
-  MatrixRM out(gate.rows(), gate.cols());
+  MatrixRMd out(gate.rows(), gate.cols());
   for (Eigen::Index t = 0; t < gate.rows(); ++t) {
     for (Eigen::Index i = 0; i < gate.cols(); ++i) {
       const double g = gate(t, i);
-      out(t, i) = static_cast<float>(g / (1.0 + std::exp(-g)) * static_cast<double>(up(t, i)));
+      out(t, i) = g / (1.0 + std::exp(-g)) * up(t, i);
     }
   }
   return out;

@@ -1,6 +1,6 @@
 // The element-wise and per-token layers of the Llama family, written for clarity: RMSNorm, RoPE
 // (Hugging Face rotate-half convention, plain and llama3-scaled) and the SwiGLU gate.
-// Reductions and rotations are computed in double and rounded to float once.
+// Everything is double: the reference computes its whole forward pass in double.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +13,7 @@
 namespace kvcheck {
 
 // x: [T, H]; weight: [H].  out[t, i] = x[t, i] / sqrt(mean_i(x[t, i]^2) + eps) * weight[i]
-MatrixRM rmsnorm_ref(const MatrixRM& x, std::span<const float> weight, double eps);
+MatrixRMd rmsnorm_ref(const MatrixRMd& x, std::span<const double> weight, double eps);
 
 // RoPE inverse frequencies, [head_dim / 2]:  inv_freq[i] = theta^(-2i / head_dim), then, for
 // llama3 scaling, wavelengths longer than original_max / low_freq_factor are divided by `factor`,
@@ -25,10 +25,10 @@ std::vector<double> rope_inv_freq(std::int64_t head_dim, double theta, const Rop
 // [h*head_dim, (h+1)*head_dim); positions: [T]. Rotate-half pairing, as HF checkpoints expect:
 //   x'[i]       = x[i] cos(p w_i) - x[i + d/2] sin(p w_i)
 //   x'[i + d/2] = x[i + d/2] cos(p w_i) + x[i] sin(p w_i),      i < d/2, w = inv_freq
-void rope_ref(MatrixRM& x, std::int64_t n_heads, std::int64_t head_dim,
+void rope_ref(MatrixRMd& x, std::int64_t n_heads, std::int64_t head_dim,
               std::span<const std::int64_t> positions, std::span<const double> inv_freq);
 
 // gate, up: [T, I].  out = silu(gate) * up,  silu(g) = g / (1 + exp(-g))
-MatrixRM swiglu_ref(const MatrixRM& gate, const MatrixRM& up);
+MatrixRMd swiglu_ref(const MatrixRMd& gate, const MatrixRMd& up);
 
 }  // namespace kvcheck

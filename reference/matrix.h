@@ -1,5 +1,6 @@
-// Matrix types of the reference. Activations are row-major [tokens, features], as are weights in
-// Hugging Face checkpoints ([out_features, in_features]), so y = x * W^T maps without copies.
+// Matrix types. Activations are row-major [tokens, features], as are weights in Hugging Face
+// checkpoints ([out_features, in_features]), so y = x * W^T maps without copies.
+// The reference computes in double (MatrixRMd); logits leave it as float (MatrixRM).
 #pragma once
 
 #include <Eigen/Core>

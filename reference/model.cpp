@@ -9,8 +9,8 @@
 namespace kvcheck {
 
 KVCache::KVCache(const ModelConfig& config, std::int64_t capacity) : capacity_(capacity) {
-  k_.assign(static_cast<std::size_t>(config.num_hidden_layers), MatrixRM(capacity, config.kv_dim()));
-  v_.assign(static_cast<std::size_t>(config.num_hidden_layers), MatrixRM(capacity, config.kv_dim()));
+  k_.assign(static_cast<std::size_t>(config.num_hidden_layers), MatrixRMd(capacity, config.kv_dim()));
+  v_.assign(static_cast<std::size_t>(config.num_hidden_layers), MatrixRMd(capacity, config.kv_dim()));
 }
 
 ReferenceModel ReferenceModel::load(const std::filesystem::path& dir, const LoadOptions& options) {
@@ -57,13 +57,13 @@ MatrixRM ReferenceModel::forward(std::span<const std::int32_t> tokens, KVCache& 
 namespace {
 
 // x: [T, in]; w: [out, in]; b: [out] or empty.  Returns x w^T + b: [T, out].
-MatrixRM linear(const MatrixRM& x, const MatrixRM& w, const Eigen::RowVectorXf& b) {
-  MatrixRM y = x * w.transpose();
+MatrixRMd linear(const MatrixRMd& x, const MatrixRMd& w, const Eigen::RowVectorXd& b) {
+  MatrixRMd y = x * w.transpose();
   if (b.size() > 0) y.rowwise() += b;
   return y;
 }
 
-void check_finite(const MatrixRM& h, std::int64_t layer, std::int64_t pos0, const std::string& origin) {
+void check_finite(const MatrixRMd& h, std::int64_t layer, std::int64_t pos0, const std::string& origin) {
   if (h.allFinite()) return;
   for (Eigen::Index t = 0; t < h.rows(); ++t) {
     if (!h.row(t).allFinite()) {
@@ -93,15 +93,15 @@ MatrixRM ReferenceModel::run(std::span<const std::int32_t> tokens, KVCache& cach
   for (std::int64_t t = 0; t < pos0 + n_new; ++t) k_pos[t] = t;
   const AttentionShape shape{c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.sliding_window};
 
-  MatrixRM h = weights_.embed(tokens);  // [T, H]
+  MatrixRMd h = weights_.embed(tokens);  // [T, H]
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::shared_ptr<const LayerWeights> w = weights_.layer(l);
 
     // Attention block.
-    const MatrixRM n1 = rmsnorm_ref(h, w->input_norm, c.rms_norm_eps);
-    MatrixRM q = linear(n1, w->wq, w->bq);  // [T, n_heads*d]
-    MatrixRM k = linear(n1, w->wk, w->bk);  // [T, n_kv*d]
-    MatrixRM v = linear(n1, w->wv, w->bv);  // [T, n_kv*d]
+    const MatrixRMd n1 = rmsnorm_ref(h, w->input_norm, c.rms_norm_eps);
+    MatrixRMd q = linear(n1, w->wq, w->bq);  // [T, n_heads*d]
+    MatrixRMd k = linear(n1, w->wk, w->bk);  // [T, n_kv*d]
+    MatrixRMd v = linear(n1, w->wv, w->bv);  // [T, n_kv*d]
     rope_ref(q, c.num_attention_heads, c.head_dim, q_pos, inv_freq_);
     rope_ref(k, c.num_key_value_heads, c.head_dim, q_pos, inv_freq_);
     if (recorder) recorder->on_qkv(l, pos0, q, k, v);
@@ -114,21 +114,22 @@ MatrixRM ReferenceModel::run(std::span<const std::int32_t> tokens, KVCache& cach
         recorder->on_probs(l, head, pos0 + row, probs);
       };
     }
-    const MatrixRM keys = cache.k_[l].topRows(pos0 + n_new);
-    const MatrixRM values = cache.v_[l].topRows(pos0 + n_new);
-    const MatrixRM attn = attention_ref(q, keys, values, q_pos, k_pos, shape, on_probs);
+    const MatrixRMd keys = cache.k_[l].topRows(pos0 + n_new);
+    const MatrixRMd values = cache.v_[l].topRows(pos0 + n_new);
+    const MatrixRMd attn = attention_ref(q, keys, values, q_pos, k_pos, shape, on_probs);
     h += linear(attn, w->wo, w->bo);
 
     // MLP block.
-    const MatrixRM n2 = rmsnorm_ref(h, w->post_norm, c.rms_norm_eps);
-    const MatrixRM act = swiglu_ref(n2 * w->w_gate.transpose(), n2 * w->w_up.transpose());
+    const MatrixRMd n2 = rmsnorm_ref(h, w->post_norm, c.rms_norm_eps);
+    const MatrixRMd act = swiglu_ref(n2 * w->w_gate.transpose(), n2 * w->w_up.transpose());
     h += act * w->w_down.transpose();
     check_finite(h, l, pos0, origin_);
   }
   cache.size_ = pos0 + n_new;
 
-  const MatrixRM final_hidden = rmsnorm_ref(h, weights_.final_norm(), c.rms_norm_eps);
-  return final_hidden * weights_.lm_head()->transpose();  // [T, V]
+  const MatrixRMd final_hidden = rmsnorm_ref(h, weights_.final_norm(), c.rms_norm_eps);
+  const MatrixRMd logits = final_hidden * weights_.lm_head()->transpose();  // [T, V]
+  return logits.cast<float>();
 }
 
 }  // namespace kvcheck

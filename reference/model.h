@@ -2,8 +2,11 @@
 //
 // Per layer:  h += o_proj(attention(rope(q_proj(n)), rope(k_proj(n)), v_proj(n))),  n = rmsnorm(h)
 //             h += down_proj(silu(gate_proj(n)) * up_proj(n)),                      n = rmsnorm(h)
-// then logits = lm_head(rmsnorm(h)). Projections are float GEMMs (Eigen); norms, RoPE and the
-// whole attention (logits, softmax, weighted sum) are computed in double.
+// then logits = lm_head(rmsnorm(h)). Everything is computed in double (Eigen GEMMs for the
+// projections), from weights converted exactly from F32/F16/BF16; logits are rounded to float
+// once at the end. Double makes the two decode paths below agree to ~1e-16 whatever rounding
+// differences the GEMM blocking of T rows vs one row introduces, and keeps the reference far
+// more exact than any float32 engine held against it.
 //
 // Two decode paths that must agree: forward(tokens) recomputes every position from scratch;
 // forward(tokens, cache) appends to a contiguous KV cache and computes only the new positions.
@@ -30,8 +33,8 @@ class AttentionRecorder {
   virtual ~AttentionRecorder() = default;
   // Post-RoPE q, k and v of the tokens just processed, at positions pos0, pos0 + 1, ...
   // q: [T, n_heads * head_dim]; k, v: [T, n_kv_heads * head_dim].
-  virtual void on_qkv(std::int64_t /*layer*/, std::int64_t /*pos0*/, const MatrixRM& /*q*/, const MatrixRM& /*k*/,
-                      const MatrixRM& /*v*/) {}
+  virtual void on_qkv(std::int64_t /*layer*/, std::int64_t /*pos0*/, const MatrixRMd& /*q*/, const MatrixRMd& /*k*/,
+                      const MatrixRMd& /*v*/) {}
   // Whether on_probs should be called for `layer` (probabilities cost O(T * context) per head).
   virtual bool wants_probs(std::int64_t /*layer*/) const { return false; }
   // Attention probabilities of query head `head` at position `query_pos` over the keys at
@@ -48,19 +51,20 @@ class KVCache {
   std::int64_t size() const { return size_; }
   std::int64_t capacity() const { return capacity_; }
   // Rows [0, size()) of layer `layer`: [size(), n_kv_heads * head_dim], post-RoPE keys.
-  const MatrixRM& keys(std::int64_t layer) const { return k_[layer]; }
-  const MatrixRM& values(std::int64_t layer) const { return v_[layer]; }
+  // (Rows from size() to capacity() are scratch.)
+  const MatrixRMd& keys(std::int64_t layer) const { return k_[layer]; }
+  const MatrixRMd& values(std::int64_t layer) const { return v_[layer]; }
 
  private:
   friend class ReferenceModel;
   std::int64_t capacity_;
   std::int64_t size_ = 0;
-  std::vector<MatrixRM> k_;  // [layers] x [capacity, kv_dim]
-  std::vector<MatrixRM> v_;
+  std::vector<MatrixRMd> k_;  // [layers] x [capacity, kv_dim]
+  std::vector<MatrixRMd> v_;
 };
 
 struct LoadOptions {
-  // Converted (float) weights kept in memory; layers beyond it are converted again on each use.
+  // Converted (double) weights kept in memory; layers beyond it are converted again on each use.
   std::size_t max_resident_bytes = std::size_t{16} << 30;
 };
 

@@ -53,9 +53,9 @@ void check_tensors(const ModelConfig& config, const TensorSource& source, const 
 }
 
 std::size_t LayerWeights::bytes() const {
-  const auto m = [](const MatrixRM& x) { return static_cast<std::size_t>(x.size()); };
-  const auto r = [](const Eigen::RowVectorXf& x) { return static_cast<std::size_t>(x.size()); };
-  return sizeof(float) * (input_norm.size() + post_norm.size() + m(wq) + m(wk) + m(wv) + m(wo) + r(bq) + r(bk) +
+  const auto m = [](const MatrixRMd& x) { return static_cast<std::size_t>(x.size()); };
+  const auto r = [](const Eigen::RowVectorXd& x) { return static_cast<std::size_t>(x.size()); };
+  return sizeof(double) * (input_norm.size() + post_norm.size() + m(wq) + m(wk) + m(wv) + m(wo) + r(bq) + r(bk) +
                           r(bv) + r(bo) + m(w_gate) + m(w_up) + m(w_down));
 }
 
@@ -70,18 +70,18 @@ ModelWeights::ModelWeights(ModelConfig config, std::shared_ptr<const TensorSourc
   final_norm_ = vector("model.norm.weight");
 }
 
-MatrixRM ModelWeights::matrix(const std::string& name) const {
+MatrixRMd ModelWeights::matrix(const std::string& name) const {
   const TensorView t = *source_->find(name);  // presence and shape checked at construction
   MatrixRM m(t.shape[0], t.shape[1]);
   to_float(t, std::span<float>(m.data(), static_cast<std::size_t>(m.size())), source_->origin(name) + ": " + name);
-  return m;
+  return m.cast<double>();
 }
 
-std::vector<float> ModelWeights::vector(const std::string& name) const {
+std::vector<double> ModelWeights::vector(const std::string& name) const {
   const TensorView t = *source_->find(name);
   std::vector<float> v(static_cast<std::size_t>(t.numel()));
   to_float(t, v, source_->origin(name) + ": " + name);
-  return v;
+  return {v.begin(), v.end()};
 }
 
 std::shared_ptr<LayerWeights> ModelWeights::convert_layer(std::int64_t l) const {
@@ -93,8 +93,8 @@ std::shared_ptr<LayerWeights> ModelWeights::convert_layer(std::int64_t l) const 
   w->wv = matrix(layer_tensor_name(l, "self_attn.v_proj.weight"));
   w->wo = matrix(layer_tensor_name(l, "self_attn.o_proj.weight"));
   const auto row = [this](const std::string& name) {
-    const std::vector<float> v = vector(name);
-    return Eigen::RowVectorXf(Eigen::Map<const Eigen::RowVectorXf>(v.data(), static_cast<Eigen::Index>(v.size())));
+    const std::vector<double> v = vector(name);
+    return Eigen::RowVectorXd(Eigen::Map<const Eigen::RowVectorXd>(v.data(), static_cast<Eigen::Index>(v.size())));
   };
   if (config_.qkv_bias) {
     w->bq = row(layer_tensor_name(l, "self_attn.q_proj.bias"));
@@ -123,7 +123,7 @@ std::shared_ptr<const LayerWeights> ModelWeights::layer(std::int64_t l) const {
   return w;
 }
 
-MatrixRM ModelWeights::embed(std::span<const std::int32_t> tokens) const {
+MatrixRMd ModelWeights::embed(std::span<const std::int32_t> tokens) const {
   const std::string name = "model.embed_tokens.weight";
   const TensorView t = *source_->find(name);
   MatrixRM out(static_cast<Eigen::Index>(tokens.size()), config_.hidden_size);
@@ -135,17 +135,17 @@ MatrixRM ModelWeights::embed(std::span<const std::int32_t> tokens) const {
                   std::span<float>(out.row(static_cast<Eigen::Index>(i)).data(), static_cast<std::size_t>(out.cols())),
                   source_->origin(name) + ": " + name);
   }
-  return out;
+  return out.cast<double>();
 }
 
-std::shared_ptr<const MatrixRM> ModelWeights::lm_head() const {
+std::shared_ptr<const MatrixRMd> ModelWeights::lm_head() const {
   {
     std::lock_guard lock(mutex_);
     if (lm_head_) return lm_head_;
   }
-  auto m = std::make_shared<const MatrixRM>(
+  auto m = std::make_shared<const MatrixRMd>(
       matrix(config_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight"));
-  const std::size_t bytes = sizeof(float) * static_cast<std::size_t>(m->size());
+  const std::size_t bytes = sizeof(double) * static_cast<std::size_t>(m->size());
   std::lock_guard lock(mutex_);
   if (!lm_head_ && resident_bytes_ + bytes <= max_resident_bytes_) {
     lm_head_ = m;

@@ -28,37 +28,37 @@ rc::Gen<AttentionCase> gen_case() {
       rc::gen::inRange<std::int64_t>(1, 257), rc::gen::inRange<std::int64_t>(0, 5), rc::gen::arbitrary<std::uint64_t>());
 }
 
-MatrixRM random_matrix(Eigen::Index rows, Eigen::Index cols, std::uint64_t& state) {
-  MatrixRM m(rows, cols);
+MatrixRMd random_matrix(Eigen::Index rows, Eigen::Index cols, std::uint64_t& state) {
+  MatrixRMd m(rows, cols);
   for (Eigen::Index i = 0; i < m.size(); ++i) {
     state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-    m.data()[i] = static_cast<float>(static_cast<double>(state >> 11) * 0x1.0p-53 * 4.0 - 2.0);
+    m.data()[i] = static_cast<double>(state >> 11) * 0x1.0p-53 * 4.0 - 2.0;
   }
   return m;
 }
 
 // k: [T, kv*d] -> [T, kv*ratio*d], kv head g copied to query heads g*ratio .. g*ratio + ratio - 1.
-MatrixRM repeat_kv(const MatrixRM& k, std::int64_t kv, std::int64_t ratio, std::int64_t d) {
-  MatrixRM out(k.rows(), kv * ratio * d);
+MatrixRMd repeat_kv(const MatrixRMd& k, std::int64_t kv, std::int64_t ratio, std::int64_t d) {
+  MatrixRMd out(k.rows(), kv * ratio * d);
   for (std::int64_t h = 0; h < kv * ratio; ++h) out.middleCols(h * d, d) = k.middleCols((h / ratio) * d, d);
   return out;
 }
 
-std::span<const float> all(const MatrixRM& m) { return {m.data(), static_cast<std::size_t>(m.size())}; }
+std::span<const double> all(const MatrixRMd& m) { return {m.data(), static_cast<std::size_t>(m.size())}; }
 
 RC_GTEST_PROP(AttentionProps, GqaEqualsMultiHeadOverRepeatedKv, ()) {
   const AttentionCase c = *gen_case();
   RC_CLASSIFY(c.ratio == 1, "mha");
   std::uint64_t state = c.seed;
   const std::int64_t heads = c.kv_heads * c.ratio;
-  const MatrixRM q = random_matrix(c.tq, heads * c.head_dim, state);
-  const MatrixRM k = random_matrix(c.tk, c.kv_heads * c.head_dim, state);
-  const MatrixRM v = random_matrix(c.tk, c.kv_heads * c.head_dim, state);
+  const MatrixRMd q = random_matrix(c.tq, heads * c.head_dim, state);
+  const MatrixRMd k = random_matrix(c.tk, c.kv_heads * c.head_dim, state);
+  const MatrixRMd v = random_matrix(c.tk, c.kv_heads * c.head_dim, state);
   std::vector<std::int64_t> kp(static_cast<std::size_t>(c.tk)), qp(static_cast<std::size_t>(c.tq));
   for (std::int64_t j = 0; j < c.tk; ++j) kp[j] = j;
   for (std::int64_t i = 0; i < c.tq; ++i) qp[i] = c.tk - c.tq + i;
-  const MatrixRM gqa = attention_ref(q, k, v, qp, kp, {heads, c.kv_heads, c.head_dim, 0});
-  const MatrixRM mha = attention_ref(q, repeat_kv(k, c.kv_heads, c.ratio, c.head_dim),
+  const MatrixRMd gqa = attention_ref(q, k, v, qp, kp, {heads, c.kv_heads, c.head_dim, 0});
+  const MatrixRMd mha = attention_ref(q, repeat_kv(k, c.kv_heads, c.ratio, c.head_dim),
                                      repeat_kv(v, c.kv_heads, c.ratio, c.head_dim), qp, kp,
                                      {heads, heads, c.head_dim, 0});
   RC_ASSERT(gqa == mha);  // the same doubles in the same order: bit-identical
@@ -68,14 +68,14 @@ RC_GTEST_PROP(AttentionProps, ProbabilitiesAreCausalAndSumToOne, ()) {
   const AttentionCase c = *gen_case();
   std::uint64_t state = c.seed;
   const std::int64_t heads = c.kv_heads * c.ratio;
-  const MatrixRM q = random_matrix(c.tq, heads * c.head_dim, state);
-  const MatrixRM k = random_matrix(c.tk, c.kv_heads * c.head_dim, state);
-  const MatrixRM v = random_matrix(c.tk, c.kv_heads * c.head_dim, state);
+  const MatrixRMd q = random_matrix(c.tq, heads * c.head_dim, state);
+  const MatrixRMd k = random_matrix(c.tk, c.kv_heads * c.head_dim, state);
+  const MatrixRMd v = random_matrix(c.tk, c.kv_heads * c.head_dim, state);
   std::vector<std::int64_t> kp(static_cast<std::size_t>(c.tk)), qp(static_cast<std::size_t>(c.tq));
   for (std::int64_t j = 0; j < c.tk; ++j) kp[j] = j;
   for (std::int64_t i = 0; i < c.tq; ++i) qp[i] = c.tk - c.tq + i;
   bool ok = true;
-  const MatrixRM out = attention_ref(q, k, v, qp, kp, {heads, c.kv_heads, c.head_dim, 0},
+  const MatrixRMd out = attention_ref(q, k, v, qp, kp, {heads, c.kv_heads, c.head_dim, 0},
                                      [&](std::int64_t, std::int64_t row, std::span<const double> p) {
                                        double sum = 0.0;
                                        for (std::size_t j = 0; j < p.size(); ++j) {
@@ -87,8 +87,8 @@ RC_GTEST_PROP(AttentionProps, ProbabilitiesAreCausalAndSumToOne, ()) {
                                      });
   RC_ASSERT(ok);
   // Outputs are convex combinations of values: inside [min v, max v] per column.
-  RC_ASSERT(out.maxCoeff() <= v.maxCoeff() + 1e-5F);
-  RC_ASSERT(out.minCoeff() >= v.minCoeff() - 1e-5F);
+  RC_ASSERT(out.maxCoeff() <= v.maxCoeff() + 1e-12);
+  RC_ASSERT(out.minCoeff() >= v.minCoeff() - 1e-12);
 }
 
 RC_GTEST_PROP(AttentionProps, FutureKeysDoNotMatter, ()) {
@@ -97,23 +97,23 @@ RC_GTEST_PROP(AttentionProps, FutureKeysDoNotMatter, ()) {
   std::uint64_t state = c.seed;
   const std::int64_t heads = c.kv_heads * c.ratio;
   const std::int64_t tq = c.tk - c.tq;  // queries at positions 0 .. tq - 1; keys tq .. tk - 1 are future
-  const MatrixRM q = random_matrix(tq, heads * c.head_dim, state);
-  const MatrixRM k = random_matrix(c.tk, c.kv_heads * c.head_dim, state);
-  const MatrixRM v = random_matrix(c.tk, c.kv_heads * c.head_dim, state);
+  const MatrixRMd q = random_matrix(tq, heads * c.head_dim, state);
+  const MatrixRMd k = random_matrix(c.tk, c.kv_heads * c.head_dim, state);
+  const MatrixRMd v = random_matrix(c.tk, c.kv_heads * c.head_dim, state);
   std::vector<std::int64_t> kp(static_cast<std::size_t>(c.tk)), qp(static_cast<std::size_t>(tq));
   for (std::int64_t j = 0; j < c.tk; ++j) kp[j] = j;
   for (std::int64_t i = 0; i < tq; ++i) qp[i] = i;
-  MatrixRM k2 = k, v2 = v;
-  k2.bottomRows(c.tk - tq).setConstant(1e4F);
-  v2.bottomRows(c.tk - tq).setConstant(std::nanf(""));
+  MatrixRMd k2 = k, v2 = v;
+  k2.bottomRows(c.tk - tq).setConstant(1e4);
+  v2.bottomRows(c.tk - tq).setConstant(std::nan(""));
   const AttentionShape s{heads, c.kv_heads, c.head_dim, 0};
   RC_ASSERT(attention_ref(q, k, v, qp, kp, s) == attention_ref(q, k2, v2, qp, kp, s));
   // And a query's output equals attention over exactly the keys it can see.
-  const MatrixRM out = attention_ref(q, k, v, qp, kp, s);
-  const MatrixRM seen = attention_ref(q.bottomRows(1), k.topRows(tq), v.topRows(tq),
+  const MatrixRMd out = attention_ref(q, k, v, qp, kp, s);
+  const MatrixRMd seen = attention_ref(q.bottomRows(1), k.topRows(tq), v.topRows(tq),
                                       std::span<const std::int64_t>(&qp.back(), 1),
                                       std::span<const std::int64_t>(kp.data(), static_cast<std::size_t>(tq)), s);
-  RC_ASSERT(nmse(all(seen), all(MatrixRM(out.bottomRows(1)))) == 0.0);
+  RC_ASSERT(nmse(all(seen), all(MatrixRMd(out.bottomRows(1)))) == 0.0);
 }
 
 }  // namespace

@@ -23,6 +23,9 @@ RC_GTEST_PROP(DecodePathProps, KvCacheEqualsFullRecompute, ()) {
   s.max_positions = 256;
   const std::int64_t length = *rc::gen::inRange<std::int64_t>(1, 257);
   const auto seed = *rc::gen::arbitrary<std::uint32_t>();
+  RC_LOG() << "head_dim " << s.head_dim << ", kv_heads " << s.kv_heads << ", heads " << s.heads << ", hidden " << s.hidden
+           << ", intermediate " << s.intermediate << ", layers " << s.layers << ", length " << length << ", seed " << seed
+           << "\n";
   RC_CLASSIFY(ratio == 1, "mha");
   RC_CLASSIFY(length > 128, "long");
 

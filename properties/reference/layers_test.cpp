@@ -10,24 +10,24 @@
 namespace kvcheck {
 namespace {
 
-// Float results of double computations: a few float ulps at magnitude ~4.
-constexpr float kTol = 2e-6F;
+// Double computations against double constants: a few ulps at magnitude ~4.
+constexpr double kTol = 1e-13;
 
 TEST(RmsNorm, HandComputedWithEpsInsideTheRoot) {
-  MatrixRM x(1, 2);
+  MatrixRMd x(1, 2);
   x << 3.0F, 4.0F;
-  const std::vector<float> weight = {1.0F, 2.0F};
+  const std::vector<double> weight = {1.0, 2.0};
   // mean(x^2) = 12.5; + eps 0.5 = 13; out = x / sqrt(13) * w
-  const MatrixRM out = rmsnorm_ref(x, weight, 0.5);
+  const MatrixRMd out = rmsnorm_ref(x, weight, 0.5);
   EXPECT_NEAR(out(0, 0), 0.8320502943378437, kTol);
   EXPECT_NEAR(out(0, 1), 2.2188007849009166, kTol);
 }
 
 TEST(RmsNorm, RowsAreIndependent) {
-  MatrixRM x(2, 2);
-  x << 3.0F, 4.0F, 30.0F, 40.0F;
-  const std::vector<float> weight = {1.0F, 1.0F};
-  const MatrixRM out = rmsnorm_ref(x, weight, 0.0);
+  MatrixRMd x(2, 2);
+  x << 3.0, 4.0, 30.0, 40.0;
+  const std::vector<double> weight = {1.0, 1.0};
+  const MatrixRMd out = rmsnorm_ref(x, weight, 0.0);
   // Scale invariance with eps = 0: both rows normalise to the same vector.
   EXPECT_NEAR(out(0, 0), out(1, 0), kTol);
   EXPECT_NEAR(out(0, 1), out(1, 1), kTol);
@@ -35,9 +35,9 @@ TEST(RmsNorm, RowsAreIndependent) {
 }
 
 TEST(Rope, PositionZeroIsIdentity) {
-  MatrixRM x(1, 8);
+  MatrixRMd x(1, 8);
   x << 1, 2, 3, 4, 5, 6, 7, 8;
-  const MatrixRM before = x;
+  const MatrixRMd before = x;
   const std::vector<std::int64_t> pos = {0};
   rope_ref(x, 2, 4, pos, rope_inv_freq(4, 10000.0, {}));
   EXPECT_EQ(x, before);
@@ -50,7 +50,7 @@ TEST(Rope, RotateHalfPairsDimensionIWithIPlusHalf) {
   ASSERT_EQ(inv_freq.size(), 2U);
   EXPECT_DOUBLE_EQ(inv_freq[0], 1.0);
   EXPECT_NEAR(inv_freq[1], 0.1, 1e-15);
-  MatrixRM x(1, 4);
+  MatrixRMd x(1, 4);
   x << 1, 2, 3, 4;
   const std::vector<std::int64_t> pos = {2};
   rope_ref(x, 1, 4, pos, inv_freq);
@@ -61,7 +61,7 @@ TEST(Rope, RotateHalfPairsDimensionIWithIPlusHalf) {
 }
 
 TEST(Rope, EveryHeadRotatesTheSame) {
-  MatrixRM x(1, 8);
+  MatrixRMd x(1, 8);
   x << 1, 2, 3, 4, 1, 2, 3, 4;
   const std::vector<std::int64_t> pos = {7};
   rope_ref(x, 2, 4, pos, rope_inv_freq(4, 10000.0, {}));
@@ -72,7 +72,7 @@ TEST(Rope, RotationPreservesNormAndRelativePosition) {
   // <rope(q, m), rope(k, n)> depends only on m - n.
   const std::vector<double> inv_freq = rope_inv_freq(8, 10000.0, {});
   auto dot_at = [&](std::int64_t m, std::int64_t n) {
-    MatrixRM q(1, 8), k(1, 8);
+    MatrixRMd q(1, 8), k(1, 8);
     q << 0.3F, -1.2F, 0.7F, 2.0F, -0.5F, 0.1F, 1.5F, -0.9F;
     k << 1.1F, 0.4F, -0.8F, 0.6F, 0.2F, -1.7F, 0.9F, 0.3F;
     const std::vector<std::int64_t> pm = {m}, pn = {n};
@@ -101,10 +101,10 @@ TEST(Rope, Llama3ScalingKeepsHighDividesLowAndBlendsTheBand) {
 }
 
 TEST(SwiGlu, HandComputed) {
-  MatrixRM gate(1, 3), up(1, 3);
+  MatrixRMd gate(1, 3), up(1, 3);
   gate << 0.0F, 1.0F, -2.0F;
   up << 5.0F, 2.0F, 3.0F;
-  const MatrixRM out = swiglu_ref(gate, up);
+  const MatrixRMd out = swiglu_ref(gate, up);
   EXPECT_EQ(out(0, 0), 0.0F);
   EXPECT_NEAR(out(0, 1), 1.4621171572600098, kTol);  // silu(1) * 2
   EXPECT_NEAR(out(0, 2), -0.7152175321327052, kTol);  // silu(-2) * 3

@@ -26,8 +26,9 @@ using testing::tiny_model;
 
 std::span<const float> all(const MatrixRM& m) { return {m.data(), static_cast<std::size_t>(m.size())}; }
 
-// The KV-cache path and full recompute are the same mathematics; only float rounding of the
-// GEMMs (blocking depends on the row count) may differ. 1e-12 is far below any real bug.
+// The KV-cache path and full recompute are the same mathematics; only the rounding of the double
+// GEMMs (whose blocking depends on the row count) may differ, ~1e-30 in NMSE. The bar,
+// 1e-12, is far below any real bug (a wrong position or a missing cache row gives ~1e-2).
 constexpr double kDecodePathNmse = 1e-12;
 
 template <typename Fn>
@@ -198,7 +199,7 @@ TEST(ReferenceModel, BiasesAndNormWeightsAreUsed) {
 
 class RecordEverything : public AttentionRecorder {
  public:
-  void on_qkv(std::int64_t layer, std::int64_t pos0, const MatrixRM& q, const MatrixRM& k, const MatrixRM&) override {
+  void on_qkv(std::int64_t layer, std::int64_t pos0, const MatrixRMd& q, const MatrixRMd& k, const MatrixRMd&) override {
     if (layer == 0) qkv_calls.push_back({pos0, q.rows(), q.cols(), k.cols()});
   }
   bool wants_probs(std::int64_t layer) const override { return layer == 1; }
