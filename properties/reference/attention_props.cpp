@@ -44,19 +44,34 @@ MatrixRMd repeat_kv(const MatrixRMd& k, std::int64_t kv, std::int64_t ratio, std
   return out;
 }
 
+// Random q, k, v for a case; the tq queries sit at the last tq of the tk key positions.
+struct Inputs {
+  std::int64_t heads;
+  MatrixRMd q, k, v;                 // [tq, heads*d], [tk, kv*d], [tk, kv*d]
+  std::vector<std::int64_t> qp, kp;  // [tq], [tk]
+};
+
+Inputs make_inputs(const AttentionCase& c) {
+  std::uint64_t state = c.seed;
+  Inputs in;
+  in.heads = c.kv_heads * c.ratio;
+  in.q = random_matrix(c.tq, in.heads * c.head_dim, state);
+  in.k = random_matrix(c.tk, c.kv_heads * c.head_dim, state);
+  in.v = random_matrix(c.tk, c.kv_heads * c.head_dim, state);
+  for (std::int64_t j = 0; j < c.tk; ++j) in.kp.push_back(j);
+  for (std::int64_t i = 0; i < c.tq; ++i) in.qp.push_back(c.tk - c.tq + i);
+  return in;
+}
+
 std::span<const double> all(const MatrixRMd& m) { return {m.data(), static_cast<std::size_t>(m.size())}; }
 
 RC_GTEST_PROP(AttentionProps, GqaEqualsMultiHeadOverRepeatedKv, ()) {
   const AttentionCase c = *gen_case();
   RC_CLASSIFY(c.ratio == 1, "mha");
-  std::uint64_t state = c.seed;
-  const std::int64_t heads = c.kv_heads * c.ratio;
-  const MatrixRMd q = random_matrix(c.tq, heads * c.head_dim, state);
-  const MatrixRMd k = random_matrix(c.tk, c.kv_heads * c.head_dim, state);
-  const MatrixRMd v = random_matrix(c.tk, c.kv_heads * c.head_dim, state);
-  std::vector<std::int64_t> kp(static_cast<std::size_t>(c.tk)), qp(static_cast<std::size_t>(c.tq));
-  for (std::int64_t j = 0; j < c.tk; ++j) kp[j] = j;
-  for (std::int64_t i = 0; i < c.tq; ++i) qp[i] = c.tk - c.tq + i;
+  const Inputs in = make_inputs(c);
+  const std::int64_t heads = in.heads;
+  const MatrixRMd &q = in.q, &k = in.k, &v = in.v;
+  const std::vector<std::int64_t>&qp = in.qp, &kp = in.kp;
   const MatrixRMd gqa = attention_ref(q, k, v, qp, kp, {heads, c.kv_heads, c.head_dim, 0});
   const MatrixRMd mha = attention_ref(q, repeat_kv(k, c.kv_heads, c.ratio, c.head_dim),
                                      repeat_kv(v, c.kv_heads, c.ratio, c.head_dim), qp, kp,
@@ -66,14 +81,10 @@ RC_GTEST_PROP(AttentionProps, GqaEqualsMultiHeadOverRepeatedKv, ()) {
 
 RC_GTEST_PROP(AttentionProps, ProbabilitiesAreCausalAndSumToOne, ()) {
   const AttentionCase c = *gen_case();
-  std::uint64_t state = c.seed;
-  const std::int64_t heads = c.kv_heads * c.ratio;
-  const MatrixRMd q = random_matrix(c.tq, heads * c.head_dim, state);
-  const MatrixRMd k = random_matrix(c.tk, c.kv_heads * c.head_dim, state);
-  const MatrixRMd v = random_matrix(c.tk, c.kv_heads * c.head_dim, state);
-  std::vector<std::int64_t> kp(static_cast<std::size_t>(c.tk)), qp(static_cast<std::size_t>(c.tq));
-  for (std::int64_t j = 0; j < c.tk; ++j) kp[j] = j;
-  for (std::int64_t i = 0; i < c.tq; ++i) qp[i] = c.tk - c.tq + i;
+  const Inputs in = make_inputs(c);
+  const std::int64_t heads = in.heads;
+  const MatrixRMd &q = in.q, &k = in.k, &v = in.v;
+  const std::vector<std::int64_t>&qp = in.qp, &kp = in.kp;
   bool ok = true;
   const MatrixRMd out = attention_ref(q, k, v, qp, kp, {heads, c.kv_heads, c.head_dim, 0},
                                      [&](std::int64_t, std::int64_t row, std::span<const double> p) {

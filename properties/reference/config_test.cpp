@@ -13,6 +13,8 @@
 namespace kvcheck {
 namespace {
 
+using testing::expect_input_error;
+
 using nlohmann::json;
 using testing::TempDir;
 using testing::write_file;
@@ -146,22 +148,6 @@ void expect_same(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.bos_token_id, b.bos_token_id);
   EXPECT_EQ(a.eos_token_ids, b.eos_token_ids);
   EXPECT_EQ(a.torch_dtype, b.torch_dtype);
-}
-
-// Runs `load` and checks that it throws an InputError whose message contains every needle.
-void expect_input_error(const std::function<void()>& load, const std::vector<std::string>& needles) {
-  try {
-    load();
-    ADD_FAILURE() << "expected an InputError";
-  } catch (const InputError& e) {
-    const std::string message = e.what();
-    for (const auto& needle : needles) {
-      EXPECT_NE(message.find(needle), std::string::npos)
-          << "message \"" << message << "\" does not contain \"" << needle << "\"";
-    }
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected an InputError, got another exception: " << e.what();
-  }
 }
 
 // Writes `config` as config.json in `dir`, loads it, and expects an InputError naming the file

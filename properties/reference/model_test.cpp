@@ -19,6 +19,8 @@
 namespace kvcheck {
 namespace {
 
+using testing::expect_input_error;
+
 using testing::TempDir;
 using testing::test_tokens;
 using testing::tiny_config;
@@ -30,17 +32,6 @@ std::span<const float> all(const MatrixRM& m) { return {m.data(), static_cast<st
 // GEMMs (whose blocking depends on the row count) may differ, ~1e-30 in NMSE. The bar,
 // 1e-12, is far below any real bug (a wrong position or a missing cache row gives ~1e-2).
 constexpr double kDecodePathNmse = 1e-12;
-
-template <typename Fn>
-void expect_input_error(Fn&& fn, const std::vector<std::string>& needles) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected InputError";
-  } catch (const InputError& e) {
-    const std::string msg = e.what();
-    for (const std::string& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
-  }
-}
 
 TEST(ReferenceModel, KvCacheDecodeEqualsFullRecompute) {
   const ModelConfig c = tiny_config();

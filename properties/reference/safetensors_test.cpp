@@ -23,6 +23,8 @@
 namespace kvcheck {
 namespace {
 
+using testing::expect_input_error;
+
 using testing::read_file;
 using testing::TempDir;
 using testing::write_file;
@@ -62,19 +64,6 @@ std::vector<std::byte> string_bytes(const std::string& s) {
   std::vector<std::byte> out(s.size());
   std::memcpy(out.data(), s.data(), s.size());
   return out;
-}
-
-// Expects `fn` to throw InputError whose message contains every one of `parts`.
-void expect_input_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected InputError, nothing was thrown";
-  } catch (const InputError& e) {
-    const std::string message = e.what();
-    for (const std::string& part : parts) {
-      EXPECT_NE(message.find(part), std::string::npos) << "message \"" << message << "\" lacks \"" << part << "\"";
-    }
-  }
 }
 
 // Writes a hand-made file and expects opening it to fail with a message naming the file and `parts`.

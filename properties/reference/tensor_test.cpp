@@ -1,4 +1,5 @@
 // Known-answer tests for dtypes, fp16/bf16 conversions, to_float/rows_to_float and TensorMap.
+#include "properties/support/test_support.h"
 #include "reference/tensor.h"
 
 #include <bit>
@@ -16,6 +17,8 @@
 namespace kvcheck {
 namespace {
 
+using testing::expect_input_error;
+
 float from_bits(std::uint32_t bits) { return std::bit_cast<float>(bits); }
 
 bool is_f16_nan(std::uint16_t bits) { return (bits & 0x7C00u) == 0x7C00u && (bits & 0x03FFu) != 0; }
@@ -26,20 +29,6 @@ std::vector<std::byte> to_bytes(const std::vector<T>& values) {
   std::vector<std::byte> bytes(values.size() * sizeof(T));
   std::memcpy(bytes.data(), values.data(), bytes.size());
   return bytes;
-}
-
-// Expects `fn` to throw InputError whose message contains every one of `parts`.
-template <typename Fn>
-void expect_input_error(Fn&& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected InputError, nothing was thrown";
-  } catch (const InputError& e) {
-    const std::string message = e.what();
-    for (const std::string& part : parts) {
-      EXPECT_NE(message.find(part), std::string::npos) << "message \"" << message << "\" lacks \"" << part << "\"";
-    }
-  }
 }
 
 // ---------------------------------------------------------------------------------------------

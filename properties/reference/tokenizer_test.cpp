@@ -14,6 +14,8 @@
 namespace kvcheck {
 namespace {
 
+using testing::expect_input_error;
+
 using testing::source_path;
 using testing::TempDir;
 using testing::write_file;
@@ -24,21 +26,6 @@ void expect_ids_in_range(const Tokenizer& tok, const std::vector<std::int32_t>& 
   for (std::size_t i = 0; i < ids.size(); ++i) {
     EXPECT_GE(ids[i], 0) << "index " << i;
     EXPECT_LT(ids[i], tok.vocab_size()) << "index " << i;
-  }
-}
-
-void expect_input_error(const std::function<void()>& run, const std::vector<std::string>& needles) {
-  try {
-    run();
-    ADD_FAILURE() << "expected an InputError";
-  } catch (const InputError& e) {
-    const std::string message = e.what();
-    for (const auto& needle : needles) {
-      EXPECT_NE(message.find(needle), std::string::npos)
-          << "message \"" << message << "\" does not contain \"" << needle << "\"";
-    }
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected an InputError, got another exception: " << e.what();
   }
 }
 

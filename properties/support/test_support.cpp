@@ -6,6 +6,8 @@
 #include <stdexcept>
 
 #include <gtest/gtest.h>
+
+#include "reference/errors.h"
 #include <unistd.h>
 
 namespace kvcheck::testing {
@@ -43,6 +45,21 @@ std::string read_file(const std::filesystem::path& path) {
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+void expect_input_error(const std::function<void()>& fn, const std::vector<std::string>& needles) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected an InputError, nothing was thrown";
+  } catch (const InputError& e) {
+    const std::string message = e.what();
+    for (const std::string& needle : needles) {
+      EXPECT_NE(message.find(needle), std::string::npos)
+          << "message \"" << message << "\" does not contain \"" << needle << "\"";
+    }
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected an InputError, got another exception: " << e.what();
+  }
 }
 
 std::filesystem::path source_path(const std::string& relative) {

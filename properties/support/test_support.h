@@ -3,7 +3,9 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
+#include <vector>
 
 namespace kvcheck::testing {
 
@@ -27,6 +29,10 @@ class TempDir {
 void write_file(const std::filesystem::path& path, const std::string& content);
 // Reads a whole file.
 std::string read_file(const std::filesystem::path& path);
+
+// Runs `fn` and checks that it throws kvcheck::InputError whose message contains every one of
+// `needles` (a file path, a field or tensor name, ...). Any other outcome is a test failure.
+void expect_input_error(const std::function<void()>& fn, const std::vector<std::string>& needles);
 
 // Path of a file in the source tree, e.g. source_path("datasets/tiny/tokenizer.model").
 std::filesystem::path source_path(const std::string& relative);
