@@ -42,34 +42,35 @@ GenerateResult generate_greedy(const ReferenceModel& model, std::span<const std:
 
   KVCache cache(c, std::min<std::int64_t>(c.max_position_embeddings,
                                           static_cast<std::int64_t>(prompt.size()) + std::max<std::int64_t>(budget, 0)));
-  MatrixRM logits;
-  result.stop_reason = "max_new_tokens";
-  for (std::int64_t step = 0;; ++step) {
-    // Logits of the last position of `sequence`.
-    if (options.path == DecodePath::kKVCache) {
-      const std::span<const std::int32_t> fresh(sequence.data() + cache.size(), sequence.size() - cache.size());
-      logits = model.forward(fresh, cache);
-      if (options.keep_logits) kept.push_back(logits);
-    } else {
-      logits = model.forward(sequence);
+  // Why generation stops now, or nullptr to go on. EOS first, then the token budget, then the context.
+  const auto stop_reason = [&]() -> const char* {
+    if (options.stop_at_eos && !result.generated.empty() && is_eos(c, result.generated.back())) return "eos";
+    if (static_cast<std::int64_t>(result.generated.size()) >= options.max_new_tokens) return "max_new_tokens";
+    if (static_cast<std::int64_t>(sequence.size()) >= c.max_position_embeddings) return "max_position_embeddings";
+    return nullptr;
+  };
+
+  MatrixRM logits;  // of the latest forward; its last row is the prediction after sequence.back()
+  for (;;) {
+    const char* reason = stop_reason();
+    // A forward is needed to pick the next token, or to keep the logits of the final sequence.
+    if (reason == nullptr || options.keep_logits) {
+      if (options.path == DecodePath::kKVCache) {
+        const std::span<const std::int32_t> fresh(sequence.data() + cache.size(), sequence.size() - cache.size());
+        logits = model.forward(fresh, cache);
+        if (options.keep_logits) kept.push_back(logits);
+      } else {
+        logits = model.forward(sequence);
+      }
     }
-    if (step == options.max_new_tokens) break;
-    if (static_cast<std::int64_t>(sequence.size()) >= c.max_position_embeddings) {
-      result.stop_reason = "max_position_embeddings";
+    if (reason != nullptr) {
+      result.stop_reason = reason;
       break;
     }
     const std::int32_t next = argmax_token(row_span(logits, logits.rows() - 1),
                                            static_cast<std::int64_t>(sequence.size()) - 1);
     result.generated.push_back(next);
     sequence.push_back(next);
-    if (options.stop_at_eos && is_eos(c, next)) {
-      result.stop_reason = "eos";
-      if (options.path == DecodePath::kKVCache && options.keep_logits) {
-        kept.push_back(model.forward(std::span<const std::int32_t>(&sequence.back(), 1), cache));
-      }
-      if (options.path == DecodePath::kFullRecompute) logits = model.forward(sequence);
-      break;
-    }
   }
 
   if (options.keep_logits) {
