@@ -11,7 +11,9 @@ namespace kvcheck {
 
 namespace {
 
-void check_shapes(const MatrixRMd& q, const MatrixRMd& k, const MatrixRMd& v, std::span<const std::int64_t> q_pos,
+using MatrixRef = Eigen::Ref<const MatrixRMd>;
+
+void check_shapes(const MatrixRef& q, const MatrixRef& k, const MatrixRef& v, std::span<const std::int64_t> q_pos,
                   std::span<const std::int64_t> k_pos, const AttentionShape& s) {
   if (s.n_heads <= 0 || s.n_kv_heads <= 0 || s.head_dim <= 0 || s.n_heads % s.n_kv_heads != 0) {
     throw std::invalid_argument(fmt::format("attention_ref: bad head counts (heads {}, kv heads {}, head_dim {})",
@@ -32,7 +34,7 @@ bool visible(std::int64_t qp, std::int64_t kp, std::int64_t window) {
 
 }  // namespace
 
-MatrixRMd attention_ref(const MatrixRMd& q, const MatrixRMd& k, const MatrixRMd& v,
+MatrixRMd attention_ref(const MatrixRef& q, const MatrixRef& k, const MatrixRef& v,
                         std::span<const std::int64_t> q_pos, std::span<const std::int64_t> k_pos,
                         const AttentionShape& shape, const AttentionProbsFn& on_probs) {
   check_shapes(q, k, v, q_pos, k_pos, shape);

@@ -26,7 +26,9 @@ using AttentionProbsFn = std::function<void(std::int64_t head, std::int64_t quer
 // k_pos[j] <= q_pos[i] (and within the sliding window, if any).
 // Returns out: [Tq, n_heads * head_dim], out_i = sum_j softmax_j(q_i . k_j / sqrt(d)) v_j.
 // Throws std::invalid_argument on inconsistent shapes or a query that sees no key.
-MatrixRMd attention_ref(const MatrixRMd& q, const MatrixRMd& k, const MatrixRMd& v,
+// q, k and v are taken by Eigen::Ref, so row blocks of a larger matrix (a KV cache) pass without a copy.
+MatrixRMd attention_ref(const Eigen::Ref<const MatrixRMd>& q, const Eigen::Ref<const MatrixRMd>& k,
+                        const Eigen::Ref<const MatrixRMd>& v,
                         std::span<const std::int64_t> q_pos, std::span<const std::int64_t> k_pos,
                         const AttentionShape& shape, const AttentionProbsFn& on_probs = {});
 

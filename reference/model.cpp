@@ -114,9 +114,8 @@ MatrixRM ReferenceModel::run(std::span<const std::int32_t> tokens, KVCache& cach
         recorder->on_probs(l, head, pos0 + row, probs);
       };
     }
-    const MatrixRMd keys = cache.k_[l].topRows(pos0 + n_new);
-    const MatrixRMd values = cache.v_[l].topRows(pos0 + n_new);
-    const MatrixRMd attn = attention_ref(q, keys, values, q_pos, k_pos, shape, on_probs);
+    const MatrixRMd attn = attention_ref(q, cache.k_[l].topRows(pos0 + n_new), cache.v_[l].topRows(pos0 + n_new),
+                                         q_pos, k_pos, shape, on_probs);
     h += linear(attn, w->wo, w->bo);
 
     // MLP block.
