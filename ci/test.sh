@@ -23,12 +23,27 @@ built=$(date +%s)
 echo "ci/test.sh: build took $((built - start)) s"
 
 status=0
-ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" -LE gpu "$@" || status=$?
-echo
+# GPU tests first, so their skip reasons are visible and the closing summary below counts
+# every suite. They run when the build has CUDA and a device exists; otherwise each reports
+# why it skipped.
 echo "== GPU tests (label gpu) =="
 gpu_log=$(mktemp)
+main_log=$(mktemp)
+trap 'rm -f "$gpu_log" "$main_log"' EXIT
 ctest --test-dir "$build_dir" --output-on-failure -L gpu -V "$@" >"$gpu_log" 2>&1 || status=$?
 grep -E "Skipped|skipped|Passed|Failed|tests passed|No tests" "$gpu_log" | grep -vE "^\s*$" || true
-rm -f "$gpu_log"
+echo
+echo "== unit, property and slow tests =="
+ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" -LE gpu "$@" 2>&1 | tee "$main_log" ||
+  status=$?
+
+# One plain closing line over both runs (ctest's own summary counts a skipped test as passed).
+count() { sed -nE "s/$2/\1/p" "$1" | tail -1 | grep . || echo 0; }
+total=$(( $(count "$gpu_log" '.*tests failed out of ([0-9]+).*') +
+          $(count "$main_log" '.*tests failed out of ([0-9]+).*') ))
+failed=$(( $(count "$gpu_log" '.*tests passed, ([0-9]+) tests? failed out of.*') +
+           $(count "$main_log" '.*tests passed, ([0-9]+) tests? failed out of.*') ))
+skipped=$(( $(grep -c '\*\*\*Skipped' "$gpu_log" || true) + $(grep -c '\*\*\*Skipped' "$main_log" || true) ))
 echo "ci/test.sh: tests took $(( $(date +%s) - built )) s, exit status $status"
+echo "tests: $(( total - failed - skipped )) passed, $failed failed, $skipped skipped"
 exit $status
