@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -49,5 +50,22 @@ struct MakeModelArgs {
 };
 void add_make_model(CLI::App& app, MakeModelArgs& args);
 int run_make_model(const MakeModelArgs& args);
+
+// The datasets folder: $KVCHECK_DATASETS when set and non-empty, else the source tree's datasets/
+// (compiled in as KVCHECK_DATASETS_DIR).
+std::filesystem::path datasets_dir();
+
+struct EvalArgs {
+  std::string model;      // default: <datasets>/models/kvcheck-tiny
+  std::string task = "all";
+  std::string json;
+  std::optional<std::int64_t> limit;
+  std::string heldout;    // default: <datasets>/eval/heldout.jsonl
+  std::string retrieval;  // default: <datasets>/eval/retrieval.jsonl
+  std::optional<std::int64_t> context;  // default: min(max_position_embeddings, 512)
+  bool quiet = false;
+};
+void add_eval(CLI::App& app, EvalArgs& args);
+int run_eval(const EvalArgs& args);
 
 }  // namespace kvcheck::cli

@@ -22,6 +22,8 @@ int main(int argc, char** argv) {
   kvcheck::cli::add_generate(app, generate_args);
   kvcheck::cli::MakeModelArgs make_model_args;
   kvcheck::cli::add_make_model(app, make_model_args);
+  kvcheck::cli::EvalArgs eval_args;
+  kvcheck::cli::add_eval(app, eval_args);
 
   try {
     app.parse(argc, argv);
@@ -33,6 +35,7 @@ int main(int argc, char** argv) {
   try {
     if (app.got_subcommand("generate")) return kvcheck::cli::run_generate(generate_args);
     if (app.got_subcommand("make-model")) return kvcheck::cli::run_make_model(make_model_args);
+    if (app.got_subcommand("eval")) return kvcheck::cli::run_eval(eval_args);
   } catch (const kvcheck::InputError& e) {
     fmt::print(stderr, "kvcheck: error: {}\n", e.what());
     return 2;

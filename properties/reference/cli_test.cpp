@@ -2,15 +2,13 @@
 // in-process reference, and every bad input of the foundation issue -> exit code 2 and a message
 // that names the file and the field or tensor.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
 #include <functional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "properties/support/cli_runner.h"
 #include "properties/support/test_support.h"
 #include "reference/generate.h"
 #include "reference/model.h"
@@ -20,27 +18,11 @@
 namespace kvcheck {
 namespace {
 
+using testing::CliRun;
+using testing::run_kvcheck;
 using testing::TempDir;
 
-struct CliRun {
-  int code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-CliRun run_kvcheck(const std::string& args) {
-  const std::string cmd = std::string(KVCHECK_BINARY) + " " + args + " 2>&1";
-  CliRun r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf{};
-  std::size_t n = 0;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
-  const int status = pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-std::string q(const std::filesystem::path& p) { return "'" + p.string() + "'"; }
+std::string q(const std::filesystem::path& p) { return testing::shell_quote(p); }
 
 // A small random model with the test tokenizer, written by the CLI itself.
 std::filesystem::path make_model(const TempDir& dir, const std::string& extra = "") {
