@@ -1,10 +1,11 @@
 // kvcheck eval: perplexity on held-out text, exact-match accuracy on the synthetic retrieval
 // tasks and the attention-structure report, on the reference model.
 //
-// --limit N keeps the first N documents of the held-out set and the first N items of the
-// retrieval set (in file order: a set whose first N lines should cover every bucket and task
-// interleaves them), and the first N prompts of the longest length_bucket for the attention
-// report (default 8). Every line of a file is validated whatever the limit.
+// --limit N keeps the first N documents of the held-out set; N retrieval items spread over the
+// (task, length_bucket) groups (retrieval_subset: round-robin over the groups, the first items of
+// each in file order), so a small limit still covers every bucket and task; and N prompts of the
+// longest length_bucket, chosen the same way, for the attention report (default 8). Every line of
+// a file is validated whatever the limit.
 //
 // JSON (--json FILE, written atomically): format "kvcheck-eval", version 1; model, tasks, limit;
 // perplexity, unigram_perplexity, perplexity_ratio, retrieval_accuracy,
@@ -45,16 +46,19 @@ std::vector<T> first_n(std::vector<T> v, std::optional<std::int64_t> limit) {
   return v;
 }
 
-// The attention report's prompts: the first `count` items of the longest length_bucket.
+// The attention report's prompts: `count` items of the longest length_bucket, spread over tasks.
 AttentionOutcome run_attention(const ReferenceModel& model, const Tokenizer& tokenizer,
                                const std::vector<RetrievalItem>& items, const std::string& file,
                                std::int64_t count, bool quiet) {
   AttentionOutcome a;
   a.file = file;
   for (const RetrievalItem& it : items) a.length_bucket = std::max(a.length_bucket, it.length_bucket);
-  std::vector<std::vector<std::int32_t>> prompts;
+  std::vector<RetrievalItem> longest;
   for (const RetrievalItem& it : items) {
-    if (it.length_bucket != a.length_bucket || static_cast<std::int64_t>(prompts.size()) >= count) continue;
+    if (it.length_bucket == a.length_bucket) longest.push_back(it);
+  }
+  std::vector<std::vector<std::int32_t>> prompts;
+  for (const RetrievalItem& it : retrieval_subset(longest, count)) {
     prompts.push_back(tokenizer.encode(it.prompt, true));
     const auto n = static_cast<std::int64_t>(prompts.back().size());
     if (n > model.config().max_position_embeddings) {
@@ -80,7 +84,7 @@ void add_eval(CLI::App& app, EvalArgs& args) {
       ->check(CLI::IsMember({"ppl", "retrieval", "attention", "all"}));
   cmd->add_option("--json", args.json, "Write the results as JSON to FILE (atomically)");
   cmd->add_option("--limit", args.limit,
-                  "First N documents / retrieval items; N attention prompts (default 8)")
+                  "First N documents; N retrieval items spread over (task, length_bucket); N attention prompts (default 8)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--heldout", args.heldout, "Held-out text, JSONL (default: <datasets>/eval/heldout.jsonl)");
   cmd->add_option("--retrieval", args.retrieval, "Retrieval tasks, JSONL (default: <datasets>/eval/retrieval.jsonl)");
@@ -135,7 +139,7 @@ int run_eval(const EvalArgs& args) {
   if (do_retrieval) {
     outcome.tasks.push_back("retrieval");
     outcome.retrieval_file = retrieval;
-    const std::vector<RetrievalItem> kept = first_n(items, args.limit);
+    const std::vector<RetrievalItem> kept = args.limit ? retrieval_subset(items, *args.limit) : items;
     ProgressBar bar("retrieval", "items", args.quiet);
     outcome.retrieval = evaluate_retrieval(model, tokenizer, kept, retrieval, bar.callback());
   }

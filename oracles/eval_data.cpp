@@ -1,6 +1,8 @@
 #include "oracles/eval_data.h"
 
+#include <algorithm>
 #include <fstream>
+#include <map>
 #include <functional>
 #include <limits>
 #include <unordered_map>
@@ -129,6 +131,28 @@ std::vector<RetrievalItem> load_retrieval(const std::filesystem::path& file) {
     items.push_back(std::move(r));
   });
   return items;
+}
+
+std::vector<RetrievalItem> retrieval_subset(const std::vector<RetrievalItem>& items, std::int64_t limit) {
+  if (limit >= static_cast<std::int64_t>(items.size())) return items;
+  // Groups in order of first appearance; each a list of item indices in file order.
+  std::map<std::pair<std::string, std::int64_t>, std::size_t> group_of;
+  std::vector<std::vector<std::size_t>> groups;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const auto [it, inserted] = group_of.emplace(std::make_pair(items[i].task, items[i].length_bucket), groups.size());
+    if (inserted) groups.emplace_back();
+    groups[it->second].push_back(i);
+  }
+  std::vector<std::size_t> chosen;
+  for (std::size_t round = 0; static_cast<std::int64_t>(chosen.size()) < limit; ++round) {
+    for (const std::vector<std::size_t>& g : groups) {
+      if (round < g.size() && static_cast<std::int64_t>(chosen.size()) < limit) chosen.push_back(g[round]);
+    }
+  }
+  std::sort(chosen.begin(), chosen.end());
+  std::vector<RetrievalItem> out;
+  for (const std::size_t i : chosen) out.push_back(items[i]);
+  return out;
 }
 
 }  // namespace kvcheck

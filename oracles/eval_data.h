@@ -50,4 +50,10 @@ struct RetrievalItem {
 std::vector<HeldoutDocument> load_heldout(const std::filesystem::path& file);
 std::vector<RetrievalItem> load_retrieval(const std::filesystem::path& file);
 
+// At most `limit` items spread over the (task, length_bucket) groups: round-robin over the groups
+// in the order they first appear in the file, each group's items in file order, so the first
+// `limit` items of a file sorted by task and bucket still cover every group. The result keeps
+// file order. All items when limit >= items.size(); none when limit <= 0.
+std::vector<RetrievalItem> retrieval_subset(const std::vector<RetrievalItem>& items, std::int64_t limit);
+
 }  // namespace kvcheck

@@ -1,6 +1,8 @@
 // Reading the evaluation sets: valid files, and every malformed line named by file, line and field.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "oracles/eval_data.h"
 #include "properties/support/test_support.h"
 
@@ -39,6 +41,27 @@ TEST(EvalData, ReadsRetrievalItemsIgnoringExtraFields) {
   EXPECT_EQ(items[0].answer, "7");
   EXPECT_EQ(items[1].length_bucket, 256);
   EXPECT_EQ(items[1].line, 2);
+}
+
+TEST(EvalData, RetrievalSubsetSpreadsOverTaskAndBucket) {
+  // A file sorted by task, then bucket: a2 a3 a4 (passkey 128), b... (passkey 256), c... (kv 128).
+  std::vector<RetrievalItem> items;
+  std::int64_t line = 0;
+  for (const auto& [prefix, task, bucket] : {std::tuple{"a", "passkey", 128}, std::tuple{"b", "passkey", 256},
+                                              std::tuple{"c", "kv", 128}}) {
+    for (int i = 0; i < 3; ++i) items.push_back({prefix + std::to_string(i), task, bucket, "p", "q", ++line});
+  }
+  const auto ids = [](const std::vector<RetrievalItem>& v) {
+    std::string s;
+    for (const RetrievalItem& r : v) s += r.id + " ";
+    return s;
+  };
+  EXPECT_EQ(ids(retrieval_subset(items, 4)), "a0 a1 b0 c0 ");  // rounds: a0 b0 c0, then a1; file order
+  EXPECT_EQ(ids(retrieval_subset(items, 2)), "a0 b0 ");
+  EXPECT_EQ(ids(retrieval_subset(items, 7)), "a0 a1 a2 b0 b1 c0 c1 ");
+  EXPECT_EQ(retrieval_subset(items, 9).size(), 9U);
+  EXPECT_EQ(retrieval_subset(items, 100).size(), 9U);
+  EXPECT_TRUE(retrieval_subset(items, 0).empty());
 }
 
 struct BadLine {
