@@ -1,10 +1,35 @@
 // Built instead of kernels/cuda/ when nvcc was not found at configure time.
+#include <stdexcept>
+
 #include "kernels/device.h"
+#include "kernels/quantize_cuda.h"
 
 namespace kvcheck {
 
 bool cuda_compiled() { return false; }
 int cuda_device_count() { return 0; }
 std::string cuda_device_summary() { return "CUDA kernels not compiled (nvcc not found at configure time)"; }
+
+namespace {
+[[noreturn]] void no_cuda(const char* what) {
+  throw std::runtime_error(std::string(what) + ": CUDA kernels not compiled (nvcc not found at configure time)");
+}
+}  // namespace
+
+void quantize_cuda(const QuantSpec&, const float*, std::int64_t, std::int64_t, const KvLocation&, std::uint8_t*,
+                   std::uint16_t*, std::uint16_t*) {
+  no_cuda("quantize_cuda");
+}
+void dequantize_cuda(const QuantSpec&, const std::uint8_t*, const std::uint16_t*, const std::uint16_t*, std::int64_t,
+                     std::int64_t, float*) {
+  no_cuda("dequantize_cuda");
+}
+float quantize_fp8_e4m3_cuda(const float*, std::int64_t, std::int64_t, const KvLocation&, std::uint8_t*) {
+  no_cuda("quantize_fp8_e4m3_cuda");
+}
+void dequantize_fp8_e4m3_cuda(const std::uint8_t*, std::int64_t, float, float*) { no_cuda("dequantize_fp8_e4m3_cuda"); }
+CudaQuantTiming time_quantize_f16_cuda(const QuantSpec*, std::int64_t, std::int64_t, int) {
+  no_cuda("time_quantize_f16_cuda");
+}
 
 }  // namespace kvcheck

@@ -1,0 +1,104 @@
+// Bytes per token per head and unified-page layouts.
+#include "kernels/cpu/kv_bytes.h"
+
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "reference/errors.h"
+
+namespace kvcheck {
+
+std::string kv_format_name(const KvFormat& format) {
+  switch (format.dtype) {
+    case KvDType::kFp32: return "fp32";
+    case KvDType::kFp16: return "fp16";
+    case KvDType::kFp8E4M3: return "fp8-e4m3";
+    case KvDType::kInt: return quant_spec_name(format.spec);
+  }
+  return "?";
+}
+
+std::string kv_tier_name(const KvTier& tier) {
+  return fmt::format("K {} / V {}", kv_format_name(tier.key), kv_format_name(tier.value));
+}
+
+FormatBytes format_bytes(const KvFormat& format, std::int64_t head_dim) {
+  if (head_dim <= 0) throw input_error("KV format " + kv_format_name(format), "head_dim", "must be positive, got {}", head_dim);
+  FormatBytes b;
+  switch (format.dtype) {
+    case KvDType::kFp32:
+      b.code_bytes_per_token = 4 * head_dim;
+      break;
+    case KvDType::kFp16:
+      b.code_bytes_per_token = 2 * head_dim;
+      break;
+    case KvDType::kFp8E4M3:
+      b.code_bytes_per_token = head_dim;
+      b.meta_bytes_per_page = 4;
+      break;
+    case KvDType::kInt: {
+      const QuantSpec& s = format.spec;
+      validate(s, head_dim);
+      constexpr std::int64_t kPairBytes = 4;  // fp16 scale + fp16 zero
+      b.code_bytes_per_token = s.row_bytes(head_dim);
+      b.tokens_per_unit = s.token_group();
+      b.meta_bytes_per_unit = kPairBytes * s.meta_count(s.token_group(), head_dim);
+      break;
+    }
+  }
+  return b;
+}
+
+double tier_bytes_per_token(const KvTier& tier, std::int64_t head_dim) {
+  return format_bytes(tier.key, head_dim).bytes_per_token() + format_bytes(tier.value, head_dim).bytes_per_token();
+}
+
+double kv_cache_bytes(const KvTier& tier, std::int64_t layers, std::int64_t kv_heads, std::int64_t head_dim,
+                      double tokens) {
+  return static_cast<double>(layers * kv_heads) * tokens * tier_bytes_per_token(tier, head_dim);
+}
+
+namespace {
+
+std::int64_t align_up(std::int64_t n) { return (n + kPageSegmentAlign - 1) / kPageSegmentAlign * kPageSegmentAlign; }
+
+PageLayout layout_for(const FormatBytes& k, const FormatBytes& v, std::int64_t n) {
+  PageLayout p;
+  p.tokens = n;
+  std::int64_t at = 0;
+  auto place = [&at](PageSegment& s, std::int64_t bytes) {
+    s.offset = align_up(at);
+    s.bytes = bytes;
+    at = s.offset + bytes;
+  };
+  place(p.key_codes, n * k.code_bytes_per_token);
+  place(p.key_meta, k.meta_bytes(n) + k.meta_bytes_per_page);
+  place(p.value_codes, n * v.code_bytes_per_token);
+  place(p.value_meta, v.meta_bytes(n) + v.meta_bytes_per_page);
+  place(p.scores, n * kScoreBytes);
+  place(p.positions, n * kPositionBytes);
+  p.used_bytes = at;
+  return p;
+}
+
+}  // namespace
+
+PageLayout page_layout(const KvTier& tier, std::int64_t head_dim, std::int64_t page_bytes) {
+  const FormatBytes k = format_bytes(tier.key, head_dim);
+  const FormatBytes v = format_bytes(tier.value, head_dim);
+  const std::int64_t unit = std::lcm(k.tokens_per_unit, v.tokens_per_unit);
+  // Without alignment padding and per-page copies n tokens take n * per_token bytes: an upper
+  // bound on n to walk down from.
+  const double per_token = k.bytes_per_token() + v.bytes_per_token() + kScoreBytes + kPositionBytes;
+  std::int64_t n = static_cast<std::int64_t>(static_cast<double>(page_bytes) / per_token) / unit * unit;
+  while (n > 0 && layout_for(k, v, n).used_bytes > page_bytes) n -= unit;
+  if (n <= 0) {
+    throw input_error("unified page", "page_bytes",
+                      "{} bytes cannot hold {} token(s) of tier {} at head_dim {}", page_bytes, unit,
+                      kv_tier_name(tier), head_dim);
+  }
+  return layout_for(k, v, n);
+}
+
+}  // namespace kvcheck

@@ -1,0 +1,90 @@
+// Bytes accounting of KV formats and tiers, and the segment layout of a unified page
+// (DESIGN.md, "Unified pages"): memory is compared in bytes, metadata included.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/quant_format.h"
+
+namespace kvcheck {
+
+enum class KvDType { kFp32, kFp16, kFp8E4M3, kInt };
+
+// One stored format of keys or of values.
+struct KvFormat {
+  KvDType dtype = KvDType::kFp16;
+  QuantSpec spec;  // used when dtype is kInt
+};
+
+inline KvFormat fp32_format() { return {KvDType::kFp32, {}}; }
+inline KvFormat fp16_format() { return {KvDType::kFp16, {}}; }
+inline KvFormat fp8_e4m3_format() { return {KvDType::kFp8E4M3, {}}; }
+inline KvFormat int_format(const QuantSpec& spec) { return {KvDType::kInt, spec}; }
+
+// "fp16", "fp8-e4m3", "int4/token", ...
+std::string kv_format_name(const KvFormat& format);
+
+// Bytes of one format for one head.
+struct FormatBytes {
+  std::int64_t code_bytes_per_token = 0;  // the values themselves: head_dim * bits / 8
+  std::int64_t meta_bytes_per_unit = 0;   // fp16 scale + zero pairs of one unit of tokens
+  std::int64_t tokens_per_unit = 1;       // G for per-channel groups, else 1
+  std::int64_t meta_bytes_per_page = 0;   // FP8: its fp32 per-head scale, one copy per page
+
+  // Amortised bytes per token per head, metadata included (the per-page copy excluded).
+  double bytes_per_token() const {
+    return static_cast<double>(code_bytes_per_token) +
+           static_cast<double>(meta_bytes_per_unit) / static_cast<double>(tokens_per_unit);
+  }
+  // Code plus metadata bytes of n tokens (n a multiple of tokens_per_unit), per-page copy excluded.
+  std::int64_t meta_bytes(std::int64_t n) const { return n / tokens_per_unit * meta_bytes_per_unit; }
+};
+
+// Validates the format for the head size (InputError, as validate(QuantSpec, head_dim)).
+FormatBytes format_bytes(const KvFormat& format, std::int64_t head_dim);
+
+// A precision tier: how keys and values of one token are stored (LeanKV's K8V4, K4V2, ...).
+struct KvTier {
+  KvFormat key;
+  KvFormat value;
+};
+std::string kv_tier_name(const KvTier& tier);
+
+// Key plus value bytes per token per head, metadata included (scores and positions excluded).
+double tier_bytes_per_token(const KvTier& tier, std::int64_t head_dim);
+
+// Bytes of the KV cache of a whole model, every token stored in `tier`:
+// layers * kv_heads * tokens * tier_bytes_per_token. The formulas of MiniKV's appendix I.
+double kv_cache_bytes(const KvTier& tier, std::int64_t layers, std::int64_t kv_heads, std::int64_t head_dim,
+                      double tokens);
+
+// ---------------------------------------------------------------------------------------------
+// A unified page holds the tokens of one (request, layer, kv-head) in one tier, in six segments
+// in this order: key codes, key metadata, value codes, value metadata, token scores (fp32),
+// token positions (int32). Each segment starts on a 16-byte boundary so that a GPU thread can
+// load it with 16-byte vector loads. Metadata is [units][pairs] of fp16 (scale, zero), or the
+// fp32 per-head scale for FP8.
+inline constexpr std::int64_t kPageSegmentAlign = 16;
+inline constexpr std::int64_t kScoreBytes = 4;     // fp32 attention score per token
+inline constexpr std::int64_t kPositionBytes = 4;  // int32 position per token
+
+struct PageSegment {
+  std::int64_t offset = 0;
+  std::int64_t bytes = 0;
+};
+
+struct PageLayout {
+  std::int64_t tokens = 0;  // tokens per page: a multiple of the tier's token unit (G for KIVI keys)
+  PageSegment key_codes, key_meta, value_codes, value_meta, scores, positions;
+  std::int64_t used_bytes = 0;  // end of the last segment, <= page_bytes
+};
+
+// The largest token count (a multiple of the key and value token units) whose segments fit in
+// page_bytes. InputError when not even one unit fits.
+PageLayout page_layout(const KvTier& tier, std::int64_t head_dim, std::int64_t page_bytes);
+inline std::int64_t tokens_per_page(const KvTier& tier, std::int64_t head_dim, std::int64_t page_bytes) {
+  return page_layout(tier, head_dim, page_bytes).tokens;
+}
+
+}  // namespace kvcheck
