@@ -132,6 +132,26 @@ def hf_tensors(model):
     return {k: v.detach().to(torch.float32).contiguous().numpy() for k, v in out.items()}
 
 
+def load_hf(model, path):
+    """Loads float32 weights written by export() (warm start of a second training phase)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    want = hf_tensors(model)
+    params = dict(model.named_parameters())
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        if name not in want or info["dtype"] != "F32" or list(want[name].shape) != info["shape"]:
+            raise SystemExit(f"{path}: {name}: does not match the model ({info['dtype']} {info['shape']})")
+        b, e = info["data_offsets"]
+        arr = np.frombuffer(data[8 + n + b:8 + n + e], dtype="<f4").reshape(info["shape"])
+        key = name.replace("model.", "", 1).replace("self_attn.", "").replace("mlp.", "")
+        with torch.no_grad():
+            params[key].copy_(torch.from_numpy(arr.copy()))
+
+
 def write_safetensors(path, tensors, metadata):
     header, offset, blobs = {"__metadata__": metadata}, 0, []
     for name in sorted(tensors):
@@ -241,6 +261,15 @@ class Data:
                     w[j - 1] = a.answer_weight  # target index j is predicted at position j - 1
                 if len(ids) < n:
                     ids += self.natural(rng, n - len(ids))
+            elif rng.random() < a.repeat_share / max(1e-9, 1.0 - a.task_share):
+                # A span of natural text seen twice, some text apart: every token of the second
+                # copy is predictable only by looking back (induction), the mechanism every
+                # retrieval task needs, with hundreds of loss tokens per row instead of five.
+                span_len = rng.randint(8, a.ctx // 3)
+                gap = rng.randint(0, n - 2 * span_len - 1)
+                span = self.natural(rng, span_len)
+                ids = (span + self.natural(rng, gap) + span)[:n]
+                ids += self.natural(rng, n - len(ids))
             else:
                 ids = self.natural(rng, n)
             rows.append(ids)
@@ -300,6 +329,9 @@ def main():
     ap.add_argument("--rope-theta", type=float, default=10000.0)
     ap.add_argument("--rms-eps", type=float, default=1e-5)
     ap.add_argument("--task-share", type=float, default=0.5)
+    ap.add_argument("--repeat-share", type=float, default=0.0,
+                    help="share of rows holding a repeated span of natural text")
+    ap.add_argument("--init-from", default=None, help="start from the weights in this checkpoint")
     ap.add_argument("--min-task-len", type=int, default=64)
     ap.add_argument("--answer-weight", type=float, default=10.0)
     ap.add_argument("--eval-every", type=int, default=200)
@@ -315,6 +347,9 @@ def main():
     a.vocab = sp.get_piece_size()
     data = Data(a, sp)
     model = TinyLlama(a)
+    if a.init_from:
+        load_hf(model, os.path.join(a.init_from, "model.safetensors"))
+        print(f"initialised from {a.init_from}", flush=True)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: {n_params} parameters ({n_params * 4 / 2**20:.2f} MiB as float32)", flush=True)
 
