@@ -18,8 +18,9 @@ namespace kvcheck::cli {
 
 void add_generate(CLI::App& app, GenerateArgs& args) {
   CLI::App* cmd = app.add_subcommand("generate", "Greedy generation with the reference transformer");
-  cmd->add_option("--model", args.model, "Model directory (config.json, model.safetensors, tokenizer.model)")
-      ->required();
+  cmd->add_option("--model", args.model,
+                  "Model directory (config.json, model.safetensors, tokenizer.model); default: the embedded model "
+                  "<datasets>/models/kvcheck-tiny");
   auto* prompt = cmd->add_option("--prompt", args.prompt, "Prompt text (needs DIR/tokenizer.model)");
   auto* ids = cmd->add_option("--ids", args.ids, "Prompt token ids, comma-separated");
   prompt->excludes(ids);
@@ -60,7 +61,8 @@ std::vector<std::int64_t> parse_token_ids(const std::string& text) {
 }
 
 int run_generate(const GenerateArgs& args) {
-  const std::filesystem::path dir(args.model);
+  const std::filesystem::path dir =
+      args.model.empty() ? datasets_dir() / "models" / "kvcheck-tiny" : std::filesystem::path(args.model);
   const std::vector<std::int64_t> ids = parse_token_ids(args.ids);
   if (args.prompt.empty() && ids.empty()) {
     throw input_error("request", "prompt", "empty prompt: give --prompt TEXT or --ids 1,2,3");
