@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The main job on the embedded default: set up, build, and run kvcheck.
-#
-# For now the main job writes a small random-weight Llama checkpoint with the bundled test
-# tokenizer (datasets/tiny/tokenizer.model) and generates from it with the reference
-# transformer. (A later issue replaces it with the accuracy report on the embedded trained model.)
+# The main job on the embedded default model (datasets/models/kvcheck-tiny): set up, build, then
+#   1. generate with the reference transformer from a pass-key retrieval prompt, and
+#   2. evaluate it: held-out perplexity vs unigram, retrieval exact match by context length, and
+#      the attention-structure report (JSON in $build_dir/reports/eval-embedded.json).
+# KVCHECK_EVAL_LIMIT (default 48) bounds the evaluation; set it to 0 for the full sets.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,8 +16,12 @@ cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release ${KVCHECK_CMAKE_ARGS:-}
 cmake --build "$build_dir" -j "$jobs" --target kvcheck
 
 kvcheck="$build_dir/bin/kvcheck"
-model="$build_dir/models/tiny-random"
-"$kvcheck" make-model --random --layers 4 --hidden 128 --heads 8 --kv-heads 2 --max-positions 1024 \
-  --tokenizer datasets/tiny/tokenizer.model --seed 1 --out "$model"
-"$kvcheck" generate --model "$model" --prompt "The cache keeps the keys and values of every token" \
-  --max-new-tokens 24 --dump-logits "$build_dir/models/tiny-random-logits.npy"
+mkdir -p "$build_dir/reports"
+"$kvcheck" generate --prompt "There is a pass key hidden in the text below. Remember it. \
+The committee met on Friday and the report was read aloud. The pass key is 70419. Remember it. \
+70419 is the pass key. Nobody in the room said a word about the weather. What is the pass key? \
+The pass key is" --max-new-tokens 8
+limit=${KVCHECK_EVAL_LIMIT:-48}
+limit_args=()
+[[ $limit -gt 0 ]] && limit_args=(--limit "$limit")
+"$kvcheck" eval --task all "${limit_args[@]}" --json "$build_dir/reports/eval-embedded.json"

@@ -265,11 +265,20 @@ class Data:
                 # A span of natural text seen twice, some text apart: every token of the second
                 # copy is predictable only by looking back (induction), the mechanism every
                 # retrieval task needs, with hundreds of loss tokens per row instead of five.
+                # With --repeat-random the span is random tokens (no n-gram shortcut, only copying
+                # helps) repeated until the row is full.
                 span_len = rng.randint(8, a.ctx // 3)
-                gap = rng.randint(0, n - 2 * span_len - 1)
-                span = self.natural(rng, span_len)
-                ids = (span + self.natural(rng, gap) + span)[:n]
-                ids += self.natural(rng, n - len(ids))
+                if a.repeat_random:
+                    span = [rng.randrange(3, a.repeat_vocab or a.vocab) for _ in range(span_len)]
+                    ids = [1]
+                    while len(ids) < n:
+                        ids += span
+                    ids = ids[:n]
+                else:
+                    gap = rng.randint(0, n - 2 * span_len - 1)
+                    span = self.natural(rng, span_len)
+                    ids = (span + self.natural(rng, gap) + span)[:n]
+                    ids += self.natural(rng, n - len(ids))
             else:
                 ids = self.natural(rng, n)
             rows.append(ids)
@@ -331,6 +340,10 @@ def main():
     ap.add_argument("--task-share", type=float, default=0.5)
     ap.add_argument("--repeat-share", type=float, default=0.0,
                     help="share of rows holding a repeated span of natural text")
+    ap.add_argument("--repeat-random", action="store_true",
+                    help="repeated spans are random tokens, repeated to the end of the row")
+    ap.add_argument("--repeat-vocab", type=int, default=0,
+                    help="random spans use token ids below this (0: the whole vocabulary)")
     ap.add_argument("--init-from", default=None, help="start from the weights in this checkpoint")
     ap.add_argument("--min-task-len", type=int, default=64)
     ap.add_argument("--answer-weight", type=float, default=10.0)
