@@ -22,6 +22,12 @@ void quantize_cuda(const QuantSpec& spec, const float* x, std::int64_t tokens, s
 // out: [tokens][head_dim].
 void dequantize_cuda(const QuantSpec& spec, const std::uint8_t* codes, const std::uint16_t* scales,
                      const std::uint16_t* zeros, std::int64_t tokens, std::int64_t head_dim, float* out);
+// Fused dequantize-dot, scores[t] = q · x̂_t (q: [head_dim], scores: [tokens]): the same folding of
+// the metadata into the query and the same order of float operations as the CPU twin
+// dot_dequantized, with no fused multiply-adds, so the scores are bit-identical to it.
+void dot_dequantized_cuda(const QuantSpec& spec, const float* q, const std::uint8_t* codes,
+                          const std::uint16_t* scales, const std::uint16_t* zeros, std::int64_t tokens,
+                          std::int64_t head_dim, float* scores);
 // x: [tokens][head_dim]; codes: [tokens][head_dim]. Returns the per-head scale.
 float quantize_fp8_e4m3_cuda(const float* x, std::int64_t tokens, std::int64_t head_dim, const KvLocation& at,
                              std::uint8_t* codes);

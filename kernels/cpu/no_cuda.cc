@@ -27,6 +27,10 @@ void dequantize_cuda(const QuantSpec&, const std::uint8_t*, const std::uint16_t*
 float quantize_fp8_e4m3_cuda(const float*, std::int64_t, std::int64_t, const KvLocation&, std::uint8_t*) {
   no_cuda("quantize_fp8_e4m3_cuda");
 }
+void dot_dequantized_cuda(const QuantSpec&, const float*, const std::uint8_t*, const std::uint16_t*,
+                          const std::uint16_t*, std::int64_t, std::int64_t, float*) {
+  no_cuda("dot_dequantized_cuda");
+}
 void dequantize_fp8_e4m3_cuda(const std::uint8_t*, std::int64_t, float, float*) { no_cuda("dequantize_fp8_e4m3_cuda"); }
 CudaQuantTiming time_quantize_f16_cuda(const QuantSpec*, std::int64_t, std::int64_t, int) {
   no_cuda("time_quantize_f16_cuda");

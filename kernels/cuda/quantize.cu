@@ -142,6 +142,46 @@ __global__ void DequantKernel(Shape s, const std::uint8_t* codes, const std::uin
   out[i] = dequantize_value(q, f16_to_float(scales[m]), f16_to_float(zeros[m]));
 }
 
+__device__ __forceinline__ float code_at(const Shape& s, const std::uint8_t* codes, std::int64_t t, std::int64_t c) {
+  const int per_byte = 8 / s.bits;
+  const std::int64_t i = t * s.head_dim + c;
+  return static_cast<float>((codes[i / per_byte] >> (static_cast<int>(c % per_byte) * s.bits)) & ((1u << s.bits) - 1u));
+}
+
+// One thread per token, channels in order: the CPU twin's loops, operation for operation
+// (explicit _rn intrinsics so nvcc cannot contract a multiply and an add into an FMA).
+__global__ void DotDequantKernel(Shape s, const float* q, const std::uint8_t* codes, const std::uint16_t* scales,
+                                 const std::uint16_t* zeros, float* scores) {
+  const std::int64_t t = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= s.tokens) return;
+  const std::int64_t d = s.head_dim;
+  if (s.granularity == static_cast<int>(Granularity::kPerChannel)) {
+    const std::int64_t meta0 = t / s.group * d;
+    float bias = 0.0f;
+    for (std::int64_t c = 0; c < d; ++c) bias = __fadd_rn(bias, __fmul_rn(q[c], f16_to_float(zeros[meta0 + c])));
+    float acc = 0.0f;
+    for (std::int64_t c = 0; c < d; ++c) {
+      const float qs = __fmul_rn(q[c], f16_to_float(scales[meta0 + c]));
+      acc = __fadd_rn(acc, __fmul_rn(qs, code_at(s, codes, t, c)));
+    }
+    scores[t] = __fadd_rn(acc, bias);
+    return;
+  }
+  const std::int64_t g = s.granularity == static_cast<int>(Granularity::kPerTokenGroup) ? s.group : d;
+  const std::int64_t groups = d / g;
+  float score = 0.0f;
+  for (std::int64_t k = 0; k < groups; ++k) {
+    float q_sum = 0.0f;
+    for (std::int64_t c = k * g; c < (k + 1) * g; ++c) q_sum = __fadd_rn(q_sum, q[c]);
+    float acc = 0.0f;
+    for (std::int64_t c = k * g; c < (k + 1) * g; ++c) acc = __fadd_rn(acc, __fmul_rn(q[c], code_at(s, codes, t, c)));
+    const float term = __fadd_rn(__fmul_rn(f16_to_float(scales[t * groups + k]), acc),
+                                 __fmul_rn(f16_to_float(zeros[t * groups + k]), q_sum));
+    score = __fadd_rn(score, term);
+  }
+  scores[t] = score;
+}
+
 // |x| as ordered bits: for non-negative floats (and +Inf, NaN above them) the unsigned order is
 // the numeric order, so an atomicMax over them is exact and order-independent.
 template <typename In>
@@ -240,6 +280,28 @@ void dequantize_cuda(const QuantSpec& spec, const std::uint8_t* codes, const std
   }
   check(cudaGetLastError(), "dequantize kernel");
   dout.download(out);
+}
+
+void dot_dequantized_cuda(const QuantSpec& spec, const float* q, const std::uint8_t* codes,
+                          const std::uint16_t* scales, const std::uint16_t* zeros, std::int64_t tokens,
+                          std::int64_t head_dim, float* scores) {
+  validate(spec, head_dim);
+  check_tokens(spec, tokens, "dot_dequantized_cuda");
+  require_device();
+  const std::int64_t pairs = spec.meta_count(tokens, head_dim);
+  DeviceBuffer<float> dq(head_dim), dscores(tokens);
+  DeviceBuffer<std::uint8_t> dcodes(tokens * spec.row_bytes(head_dim));
+  DeviceBuffer<std::uint16_t> dscales(pairs), dzeros(pairs);
+  dq.upload(q);
+  dcodes.upload(codes);
+  dscales.upload(scales);
+  dzeros.upload(zeros);
+  if (tokens > 0) {
+    DotDequantKernel<<<blocks_for(tokens), kThreads>>>(shape_of(spec, tokens, head_dim), dq.get(), dcodes.get(),
+                                                       dscales.get(), dzeros.get(), dscores.get());
+  }
+  check(cudaGetLastError(), "dot_dequantized kernel");
+  dscores.download(scores);
 }
 
 float quantize_fp8_e4m3_cuda(const float* x, std::int64_t tokens, std::int64_t head_dim, const KvLocation& at,

@@ -54,6 +54,28 @@ TEST(QuantizeGpu, IntCodesAndMetadataEqualTheCpuTwin) {
   }
 }
 
+TEST(QuantizeGpu, FusedDequantizeDotEqualsTheCpuTwin) {
+  KVCHECK_REQUIRE_GPU();
+  for (const QuantSpec& spec : testing::all_int_specs()) {
+    for (int dist = 0; dist < testing::kValueDistCount; ++dist) {
+      for (int seed = 0; seed < kSeedsPerCase; ++seed) {
+        const std::int64_t d = spec.granularity == Granularity::kPerTokenGroup ? 32 * (1 + seed % 4) : 4 * (1 + seed * 5);
+        const std::int64_t tokens = spec.token_group() * (1 + seed % 3) * (spec.token_group() == 1 ? 7 : 1);
+        const std::vector<float> x = testing::make_values(static_cast<testing::ValueDist>(dist), tokens, d,
+                                                          static_cast<std::uint64_t>(seed * 104729 + dist));
+        const std::vector<float> q = testing::make_values(testing::ValueDist::kNormal, 1, d, static_cast<std::uint64_t>(seed + 1));
+        const QuantizedBlock b = quantize_block(spec, x, tokens, d, {});
+        std::vector<float> s_cpu(static_cast<std::size_t>(b.tokens)), s_gpu(static_cast<std::size_t>(b.tokens));
+        dot_dequantized(spec, q, b.codes, b.scales, b.zeros, b.tokens, d, s_cpu);
+        dot_dequantized_cuda(spec, q.data(), b.codes.data(), b.scales.data(), b.zeros.data(), b.tokens, d, s_gpu.data());
+        ASSERT_EQ(std::memcmp(s_cpu.data(), s_gpu.data(), s_cpu.size() * sizeof(float)), 0)
+            << quant_spec_name(spec) << " " << testing::value_dist_name(static_cast<testing::ValueDist>(dist)) << " seed "
+            << seed;
+      }
+    }
+  }
+}
+
 TEST(QuantizeGpu, Fp8CodesAndScaleEqualTheCpuTwin) {
   KVCHECK_REQUIRE_GPU();
   for (int dist = 0; dist < testing::kValueDistCount; ++dist) {
