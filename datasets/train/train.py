@@ -216,24 +216,23 @@ class Data:
         self.a, self.sp = a, sp
         train_docs = [json.loads(l)["text"] for l in open(a.train_docs, encoding="utf-8")]
         held_docs = [json.loads(l)["text"] for l in open(a.heldout, encoding="utf-8")]
-        stream = []
-        for doc in train_docs:
-            stream.append(1)
-            stream.extend(sp.encode(doc))
-            stream.append(2)
-        self.stream = np.array(stream, dtype=np.int64)
-        held = []
-        for doc in held_docs:
-            held.append(1)
-            held.extend(sp.encode(doc))
-            held.append(2)
-        self.held = np.array(held, dtype=np.int64)
+        self.stream = self.token_stream(train_docs)
+        self.held = self.token_stream(held_docs)
         self.filler = retrieval_tasks.Filler(train_docs, sp)
         self.held_filler = retrieval_tasks.Filler(held_docs, sp)
         self.words = retrieval_tasks.key_words(train_docs)
         self.rng = random.Random(a.seed)
         print(f"data: {len(self.stream)} training tokens, {len(self.held)} held-out tokens, "
               f"{len(self.words)} key words", flush=True)
+
+    def token_stream(self, docs):
+        """The documents' tokens joined as <s> doc </s> <s> doc </s> ..."""
+        ids = []
+        for doc in docs:
+            ids.append(1)
+            ids.extend(self.sp.encode(doc))
+            ids.append(2)
+        return np.array(ids, dtype=np.int64)
 
     def natural(self, rng, n, stream=None):
         s = self.stream if stream is None else stream

@@ -25,13 +25,28 @@ namespace {
 
 constexpr int kSeedsPerCase = 12;
 
+// The shape of case `seed` for `spec`: head_dims that the packing factor and channel group divide,
+// and whole token groups (several per-token rows).
+struct IntCaseShape {
+  std::int64_t head_dim;
+  std::int64_t tokens;
+};
+IntCaseShape int_case_shape(const QuantSpec& spec, int seed) {
+  return {spec.granularity == Granularity::kPerTokenGroup ? 32 * (1 + seed % 4) : 4 * (1 + seed * 5),
+          spec.token_group() * (1 + seed % 3) * (spec.token_group() == 1 ? 7 : 1)};
+}
+
+std::string int_case_name(const QuantSpec& spec, int dist, int seed) {
+  return quant_spec_name(spec) + " " + testing::value_dist_name(static_cast<testing::ValueDist>(dist)) + " seed " +
+         std::to_string(seed);
+}
+
 TEST(QuantizeGpu, IntCodesAndMetadataEqualTheCpuTwin) {
   KVCHECK_REQUIRE_GPU();
   for (const QuantSpec& spec : testing::all_int_specs()) {
     for (int dist = 0; dist < testing::kValueDistCount; ++dist) {
       for (int seed = 0; seed < kSeedsPerCase; ++seed) {
-        const std::int64_t d = spec.granularity == Granularity::kPerTokenGroup ? 32 * (1 + seed % 4) : 4 * (1 + seed * 5);
-        const std::int64_t tokens = spec.token_group() * (1 + seed % 3) * (spec.token_group() == 1 ? 7 : 1);
+        const auto [d, tokens] = int_case_shape(spec, seed);
         const std::vector<float> x = testing::make_values(static_cast<testing::ValueDist>(dist), tokens, d,
                                                           static_cast<std::uint64_t>(seed * 7919 + dist));
         const auto n_codes = static_cast<std::size_t>(tokens * spec.row_bytes(d));
@@ -40,8 +55,7 @@ TEST(QuantizeGpu, IntCodesAndMetadataEqualTheCpuTwin) {
         std::vector<std::uint16_t> s_cpu(n_meta), s_gpu(n_meta), z_cpu(n_meta), z_gpu(n_meta);
         quantize(spec, x, tokens, d, {}, c_cpu, s_cpu, z_cpu);
         quantize_cuda(spec, x.data(), tokens, d, {}, c_gpu.data(), s_gpu.data(), z_gpu.data());
-        const std::string what = quant_spec_name(spec) + " " + testing::value_dist_name(static_cast<testing::ValueDist>(dist)) +
-                                 " seed " + std::to_string(seed);
+        const std::string what = int_case_name(spec, dist, seed);
         ASSERT_EQ(c_cpu, c_gpu) << what;
         ASSERT_EQ(s_cpu, s_gpu) << what;
         ASSERT_EQ(z_cpu, z_gpu) << what;
@@ -59,8 +73,7 @@ TEST(QuantizeGpu, FusedDequantizeDotEqualsTheCpuTwin) {
   for (const QuantSpec& spec : testing::all_int_specs()) {
     for (int dist = 0; dist < testing::kValueDistCount; ++dist) {
       for (int seed = 0; seed < kSeedsPerCase; ++seed) {
-        const std::int64_t d = spec.granularity == Granularity::kPerTokenGroup ? 32 * (1 + seed % 4) : 4 * (1 + seed * 5);
-        const std::int64_t tokens = spec.token_group() * (1 + seed % 3) * (spec.token_group() == 1 ? 7 : 1);
+        const auto [d, tokens] = int_case_shape(spec, seed);
         const std::vector<float> x = testing::make_values(static_cast<testing::ValueDist>(dist), tokens, d,
                                                           static_cast<std::uint64_t>(seed * 104729 + dist));
         const std::vector<float> q = testing::make_values(testing::ValueDist::kNormal, 1, d, static_cast<std::uint64_t>(seed + 1));
@@ -69,8 +82,7 @@ TEST(QuantizeGpu, FusedDequantizeDotEqualsTheCpuTwin) {
         dot_dequantized(spec, q, b.codes, b.scales, b.zeros, b.tokens, d, s_cpu);
         dot_dequantized_cuda(spec, q.data(), b.codes.data(), b.scales.data(), b.zeros.data(), b.tokens, d, s_gpu.data());
         ASSERT_EQ(std::memcmp(s_cpu.data(), s_gpu.data(), s_cpu.size() * sizeof(float)), 0)
-            << quant_spec_name(spec) << " " << testing::value_dist_name(static_cast<testing::ValueDist>(dist)) << " seed "
-            << seed;
+            << int_case_name(spec, dist, seed);
       }
     }
   }
