@@ -1,6 +1,7 @@
 // Built instead of kernels/cuda/ when nvcc was not found at configure time.
 #include <stdexcept>
 
+#include "kernels/compaction_cuda.h"
 #include "kernels/device.h"
 #include "kernels/quantize_cuda.h"
 
@@ -34,6 +35,14 @@ void dot_dequantized_cuda(const QuantSpec&, const float*, const std::uint8_t*, c
 void dequantize_fp8_e4m3_cuda(const std::uint8_t*, std::int64_t, float, float*) { no_cuda("dequantize_fp8_e4m3_cuda"); }
 CudaQuantTiming time_quantize_f16_cuda(const QuantSpec*, std::int64_t, std::int64_t, int) {
   no_cuda("time_quantize_f16_cuda");
+}
+CompactIdsResult compact_ids_cuda(std::int32_t*, std::int64_t, FreeRun, const std::int64_t*, const std::int64_t*,
+                                  std::int64_t, const std::int32_t*, std::int32_t*, std::int64_t*, std::int64_t*) {
+  no_cuda("compact_ids_cuda");
+}
+std::int64_t exclusive_scan_cuda(const std::int64_t*, std::int64_t, std::int64_t*) { no_cuda("exclusive_scan_cuda"); }
+double time_compact_ids_cuda(std::int64_t, std::int64_t, std::int64_t, std::int64_t, int) {
+  no_cuda("time_compact_ids_cuda");
 }
 
 }  // namespace kvcheck

@@ -1,0 +1,186 @@
+// The unified page pool.
+#include "optimized/page_pool.h"
+
+#include <bit>
+#include <cstring>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "reference/errors.h"
+
+namespace kvcheck {
+
+std::vector<KvTier> leankv_default_tiers() {
+  return {KvTier{int_format(per_token(8)), int_format(per_token(4))},
+          KvTier{int_format(per_token(4)), int_format(per_token(2))}};
+}
+
+namespace {
+constexpr std::byte kPoison{0xFF};
+constexpr std::int64_t kMaskBits = 64;
+}  // namespace
+
+PagePool::PagePool(PagePoolConfig config) : config_(std::move(config)) {
+  if (config_.pages <= 0 || config_.pages > INT32_MAX) {
+    throw input_error("page pool", "pages", "must be in [1, {}], got {}", INT32_MAX, config_.pages);
+  }
+  if (config_.tiers.empty()) throw input_error("page pool", "tiers", "at least one tier is needed");
+  std::int64_t max_tokens = 0;
+  for (std::size_t t = 0; t < config_.tiers.size(); ++t) {
+    const KvTier& tier = config_.tiers[t];
+    const std::string where = fmt::format("page pool: tier {} ({})", t, kv_tier_name(tier));
+    const FormatBytes k = format_bytes(tier.key, config_.head_dim);
+    const FormatBytes v = format_bytes(tier.value, config_.head_dim);
+    if (k.tokens_per_unit != 1 || v.tokens_per_unit != 1 || k.meta_bytes_per_page != 0 || v.meta_bytes_per_page != 0) {
+      throw input_error(where, "format", "unified pages need per-token metadata (slots move between pages)");
+    }
+    layouts_.push_back(page_layout(tier, config_.head_dim, config_.page_bytes));
+    slot_sizes_.push_back({k.code_bytes_per_token, k.meta_bytes_per_unit, v.code_bytes_per_token, v.meta_bytes_per_unit});
+    if (t > 0 && layouts_[t].tokens < layouts_[t - 1].tokens) {
+      throw input_error(where, "tokens per page", "{} is fewer than tier {}'s {} (a lower tier must hold more)",
+                        layouts_[t].tokens, t - 1, layouts_[t - 1].tokens);
+    }
+    max_tokens = std::max(max_tokens, layouts_[t].tokens);
+  }
+  words_ = static_cast<std::size_t>((max_tokens + kMaskBits - 1) / kMaskBits);
+  const auto n = static_cast<std::size_t>(config_.pages);
+  owners_.assign(n, PageOwner{});
+  masks_.assign(n * words_, 0);
+  if (config_.backing) {
+    bytes_.assign(n * static_cast<std::size_t>(config_.page_bytes), config_.poison ? kPoison : std::byte{0});
+  }
+}
+
+void PagePool::require_backing(const char* what) const {
+  if (!config_.backing) throw std::logic_error(std::string("page pool: ") + what + " needs a backed pool");
+}
+
+void PagePool::check_slot(PageId id, std::int64_t slot) const {
+  if (id < 0 || id >= config_.pages) throw std::out_of_range(fmt::format("page pool: page {} out of range", id));
+  const PageOwner& o = owner(id);
+  if (o.free()) throw std::logic_error(fmt::format("page pool: page {} is free", id));
+  if (slot < 0 || slot >= tokens_per_page(o.tier)) {
+    throw std::out_of_range(fmt::format("page pool: slot {} of page {} (tier {}, {} slots)", slot, id, o.tier,
+                                        tokens_per_page(o.tier)));
+  }
+}
+
+void PagePool::format(PageId id, const PageOwner& owner) {
+  if (owner.tier < 0 || owner.tier >= tiers()) throw std::out_of_range(fmt::format("page pool: tier {}", owner.tier));
+  owners_[static_cast<std::size_t>(id)] = owner;
+  std::fill(mask(id), mask(id) + words_, 0);
+  if (config_.backing && config_.poison) std::ranges::fill(bytes(id), kPoison);
+}
+
+void PagePool::release(PageId id) {
+  owners_[static_cast<std::size_t>(id)] = PageOwner{};
+  std::fill(mask(id), mask(id) + words_, 0);
+  if (config_.backing && config_.poison) std::ranges::fill(bytes(id), kPoison);
+}
+
+bool PagePool::live(PageId id, std::int64_t slot) const {
+  const auto s = static_cast<std::size_t>(slot);
+  return (mask(id)[s / kMaskBits] >> (s % kMaskBits)) & 1U;
+}
+
+std::int64_t PagePool::live_count(PageId id) const {
+  std::int64_t n = 0;
+  for (std::size_t w = 0; w < words_; ++w) n += std::popcount(mask(id)[w]);
+  return n;
+}
+
+std::int64_t PagePool::first_dead_slot(PageId id) const {
+  const std::int64_t slots = tokens_per_page(owner(id).tier);
+  for (std::size_t w = 0; w < words_; ++w) {
+    const std::uint64_t m = mask(id)[w];
+    if (m != ~std::uint64_t{0}) {
+      const auto s = static_cast<std::int64_t>(w) * kMaskBits + std::countr_one(m);
+      return s < slots ? s : -1;
+    }
+  }
+  return -1;
+}
+
+std::int64_t PagePool::segment_offset(int tier, std::int64_t slot, Segment segment, std::int64_t* size) const {
+  const PageLayout& l = layout(tier);
+  const SlotSizes& s = slot_sizes_[static_cast<std::size_t>(tier)];
+  switch (segment) {
+    case Segment::kKeyCodes: *size = s.key_codes; return l.key_codes.offset + slot * s.key_codes;
+    case Segment::kKeyMeta: *size = s.key_meta; return l.key_meta.offset + slot * s.key_meta;
+    case Segment::kValueCodes: *size = s.value_codes; return l.value_codes.offset + slot * s.value_codes;
+    case Segment::kValueMeta: *size = s.value_meta; return l.value_meta.offset + slot * s.value_meta;
+    case Segment::kScore: *size = kScoreBytes; return l.scores.offset + slot * kScoreBytes;
+    case Segment::kPosition: *size = kPositionBytes; return l.positions.offset + slot * kPositionBytes;
+  }
+  return 0;
+}
+
+std::span<std::byte> PagePool::bytes(PageId id) {
+  require_backing("bytes");
+  return {bytes_.data() + static_cast<std::size_t>(id) * static_cast<std::size_t>(config_.page_bytes),
+          static_cast<std::size_t>(config_.page_bytes)};
+}
+
+std::span<const std::byte> PagePool::bytes(PageId id) const {
+  require_backing("bytes");
+  return {bytes_.data() + static_cast<std::size_t>(id) * static_cast<std::size_t>(config_.page_bytes),
+          static_cast<std::size_t>(config_.page_bytes)};
+}
+
+std::span<std::byte> PagePool::slot_bytes(PageId id, std::int64_t slot, Segment segment) {
+  check_slot(id, slot);
+  std::int64_t size = 0;
+  const std::int64_t offset = segment_offset(owner(id).tier, slot, segment, &size);
+  return bytes(id).subspan(static_cast<std::size_t>(offset), static_cast<std::size_t>(size));
+}
+
+void PagePool::put(PageId id, std::int64_t slot, const TokenPayload& payload) {
+  check_slot(id, slot);
+  const auto s = static_cast<std::size_t>(slot);
+  mask(id)[s / kMaskBits] |= std::uint64_t{1} << (s % kMaskBits);
+  if (!config_.backing) return;
+  std::memcpy(slot_bytes(id, slot, Segment::kPosition).data(), &payload.position, sizeof payload.position);
+  std::memcpy(slot_bytes(id, slot, Segment::kScore).data(), &payload.score, sizeof payload.score);
+}
+
+void PagePool::kill(PageId id, std::int64_t slot) {
+  check_slot(id, slot);
+  const auto s = static_cast<std::size_t>(slot);
+  mask(id)[s / kMaskBits] &= ~(std::uint64_t{1} << (s % kMaskBits));
+  if (!config_.backing || !config_.poison) return;
+  for (Segment g : {Segment::kKeyCodes, Segment::kKeyMeta, Segment::kValueCodes, Segment::kValueMeta, Segment::kScore,
+                    Segment::kPosition}) {
+    std::ranges::fill(slot_bytes(id, slot, g), kPoison);
+  }
+}
+
+void PagePool::move(PageId from, std::int64_t from_slot, PageId to, std::int64_t to_slot) {
+  check_slot(from, from_slot);
+  check_slot(to, to_slot);
+  if (owner(from).tier != owner(to).tier) throw std::logic_error("page pool: move between tiers");
+  const auto s = static_cast<std::size_t>(to_slot);
+  mask(to)[s / kMaskBits] |= std::uint64_t{1} << (s % kMaskBits);
+  if (config_.backing) {
+    for (Segment g : {Segment::kKeyCodes, Segment::kKeyMeta, Segment::kValueCodes, Segment::kValueMeta,
+                      Segment::kScore, Segment::kPosition}) {
+      const std::span<std::byte> src = slot_bytes(from, from_slot, g);
+      std::memcpy(slot_bytes(to, to_slot, g).data(), src.data(), src.size());
+    }
+  }
+  kill(from, from_slot);
+}
+
+TokenPayload PagePool::payload(PageId id, std::int64_t slot) const {
+  require_backing("payload");
+  if (owner(id).free()) throw std::logic_error(fmt::format("page pool: page {} is free", id));
+  TokenPayload p;
+  std::int64_t size = 0;
+  const int tier = owner(id).tier;
+  const std::span<const std::byte> b = bytes(id);
+  std::memcpy(&p.position, b.data() + segment_offset(tier, slot, Segment::kPosition, &size), sizeof p.position);
+  std::memcpy(&p.score, b.data() + segment_offset(tier, slot, Segment::kScore, &size), sizeof p.score);
+  return p;
+}
+
+}  // namespace kvcheck

@@ -1,0 +1,112 @@
+// The unified page pool (DESIGN.md, "Unified pages"; LeanKV section 5.2): `pages` pages of
+// `page_bytes` bytes each (really allocated, one buffer), each formatted on allocation for one
+// precision tier of one (request, layer, kv-head). A page's tokens sit in the six segments of
+// kernels/cpu/kv_bytes.h page_layout(tier, head_dim, page_bytes); slot s of a page is token s of
+// every segment. A per-page bitset marks the live slots.
+//
+// Tiers are indexed: tier 0 high, tier 1 low (LeanKV's K8V4 / K4V2 per-token INT by default).
+// Slots move between pages (compaction) byte for byte, so only formats whose metadata is per
+// token are accepted (per-token INT, fp16, fp32; not per-channel groups or FP8's per-page scale).
+//
+// Poison (for tests): free pages and dead slots are filled with 0xFF bytes: NaN in the fp32 score
+// segment, -1 in the int32 position segment. A live slot whose payload reads back intact was
+// never overwritten by a free page or a dead slot.
+//
+// backing = false keeps only the metadata (owners, live masks) for benchmarks at a scale whose
+// bytes would not fit; payload accessors then throw.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kernels/cpu/kv_bytes.h"
+#include "optimized/free_page_list.h"
+#include "optimized/page_table.h"
+
+namespace kvcheck {
+
+// What a slot holds besides its codes: the token position and its score.
+struct TokenPayload {
+  std::int32_t position = 0;
+  float score = 0.0f;
+  bool operator==(const TokenPayload&) const = default;
+};
+
+struct PageOwner {
+  HeadKey head;
+  int tier = -1;  // -1: free
+  bool free() const { return tier < 0; }
+};
+
+// LeanKV's defaults: high K8V4, low K4V2, per-token INT for keys and values.
+std::vector<KvTier> leankv_default_tiers();
+
+struct PagePoolConfig {
+  std::int64_t pages = 0;
+  std::int64_t page_bytes = 16 * 1024;
+  std::int64_t head_dim = 128;
+  std::vector<KvTier> tiers = leankv_default_tiers();
+  bool poison = false;
+  bool backing = true;
+};
+
+class PagePool {
+ public:
+  // InputError for a bad config (no pages, a tier that fits no token, a format without per-token
+  // metadata, fewer tokens per low page than per high page).
+  explicit PagePool(PagePoolConfig config);
+
+  const PagePoolConfig& config() const { return config_; }
+  std::int64_t pages() const { return config_.pages; }
+  std::int64_t page_bytes() const { return config_.page_bytes; }
+  int tiers() const { return static_cast<int>(layouts_.size()); }
+  const PageLayout& layout(int tier) const { return layouts_[static_cast<std::size_t>(tier)]; }
+  std::int64_t tokens_per_page(int tier) const { return layout(tier).tokens; }
+  bool backed() const { return config_.backing; }
+
+  // Formats a page for `owner` (tier owner.tier), every slot dead (poisoned when poison is on).
+  void format(PageId id, const PageOwner& owner);
+  // Returns a page to the free state: no owner, every slot dead, poisoned when poison is on.
+  void release(PageId id);
+  const PageOwner& owner(PageId id) const { return owners_[static_cast<std::size_t>(id)]; }
+
+  bool live(PageId id, std::int64_t slot) const;
+  std::int64_t live_count(PageId id) const;
+  // The lowest dead slot, or -1 when every slot is live.
+  std::int64_t first_dead_slot(PageId id) const;
+  // Marks a slot live and writes its position and score (codes are the quantizer's business).
+  void put(PageId id, std::int64_t slot, const TokenPayload& payload);
+  // Marks a slot dead (poisoned when poison is on).
+  void kill(PageId id, std::int64_t slot);
+  // Copies a live slot to a dead slot of a page of the same tier (every segment), then kills it.
+  void move(PageId from, std::int64_t from_slot, PageId to, std::int64_t to_slot);
+  TokenPayload payload(PageId id, std::int64_t slot) const;
+
+  // The bytes of a page, and of one slot of one segment (key codes row, ...).
+  std::span<std::byte> bytes(PageId id);
+  std::span<const std::byte> bytes(PageId id) const;
+  enum class Segment { kKeyCodes, kKeyMeta, kValueCodes, kValueMeta, kScore, kPosition };
+  std::span<std::byte> slot_bytes(PageId id, std::int64_t slot, Segment segment);
+
+ private:
+  struct SlotSizes {
+    std::int64_t key_codes, key_meta, value_codes, value_meta;
+  };
+  std::uint64_t* mask(PageId id) { return masks_.data() + static_cast<std::size_t>(id) * words_; }
+  const std::uint64_t* mask(PageId id) const { return masks_.data() + static_cast<std::size_t>(id) * words_; }
+  std::int64_t segment_offset(int tier, std::int64_t slot, Segment segment, std::int64_t* size) const;
+  void check_slot(PageId id, std::int64_t slot) const;
+  void require_backing(const char* what) const;
+
+  PagePoolConfig config_;
+  std::vector<PageLayout> layouts_;
+  std::vector<SlotSizes> slot_sizes_;
+  std::size_t words_ = 0;  // mask words per page
+  std::vector<PageOwner> owners_;
+  std::vector<std::uint64_t> masks_;
+  std::vector<std::byte> bytes_;
+};
+
+}  // namespace kvcheck

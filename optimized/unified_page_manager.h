@@ -1,0 +1,162 @@
+// LeanKV's page manager (DESIGN.md, "Unified pages"; LeanKV sections 5.2-5.3 and Algorithm 1):
+// the page pool, the circular free list and one bidirectional page table per (request, layer,
+// kv-head), changed only through parallel KV compaction rounds (optimized/kv_compaction.h).
+//
+//   admit          a table per layer x kv-head, no pages yet;
+//   prompt_phase   for a batch of admitted requests: round 1 allocates ceil(n / a) high pages per
+//                  head (every prompt token at high precision); round 2, given each head's
+//                  high / low tokens chosen by a policy, keeps ceil(h / a) pages high, re-formats
+//                  the next ones as low pages, tops the low side up when the +1 of the table
+//                  needs it, and recycles the rest. Tokens are then written packed (token k of
+//                  a tier in page k / tpp, slot k % tpp);
+//   decode_step    per head: optionally evict a live slot, optionally demote a live high token to
+//                  low (it takes a free low slot), then append the new token at high (a free slot:
+//                  the one a victim or the demoted token left, if any). At most one new page per
+//                  head per step; nothing is recycled during generation;
+//   compact        per head and tier, live slots move into the outermost ceil(live / tpp) pages
+//                  and the emptied pages are recycled;
+//   finish/preempt every page of the request returns to the free list.
+//
+// Every operation validates first and changes nothing when it fails: InputError for bad input or
+// a page table that would overflow (naming request / layer / head), PoolExhausted when the free
+// list cannot satisfy the round (the caller can preempt and retry). The ids each head gets, and
+// the free run left behind, are those of the sequential model oracles/page_manager_model.h, in
+// parallel and in sequential mode.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "optimized/free_page_list.h"
+#include "optimized/kv_compaction.h"
+#include "optimized/page_pool.h"
+#include "optimized/page_table.h"
+
+namespace kvcheck {
+
+struct PageManagerConfig {
+  PagePoolConfig pool;
+  std::int64_t layers = 1;
+  std::int64_t kv_heads = 1;
+  std::int64_t max_seq_len = 4096;
+  CompactionOptions compaction;
+};
+
+// One head's prompt-phase plan: how many tokens each tier keeps (the rest are pruned), and
+// optionally their payloads (when empty, positions 0.. and score 0 are written).
+struct PromptHeadPlan {
+  std::int64_t high = 0;
+  std::int64_t low = 0;
+  std::span<const TokenPayload> high_payload;
+  std::span<const TokenPayload> low_payload;
+};
+struct PromptRequest {
+  std::int64_t request = 0;
+  std::int64_t prompt_len = 0;
+  std::vector<PromptHeadPlan> heads;  // layers * kv_heads, layer-major
+};
+
+// A slot of one head: the page_index-th page of a tier's side of the table, and the slot in it.
+struct SlotRef {
+  int tier = kHighTier;
+  std::int64_t page_index = 0;
+  std::int64_t slot = 0;
+  bool operator==(const SlotRef&) const = default;
+};
+
+struct DecodeOp {
+  std::int64_t request = 0;
+  std::int32_t layer = 0;
+  std::int32_t head = 0;
+  TokenPayload token;              // the new token, appended at high precision
+  std::optional<SlotRef> evict;    // a live slot to drop (its slot is reused)
+  std::optional<SlotRef> demote;   // a live high slot to move to low (re-quantized by the caller)
+};
+
+struct TierStats {
+  std::int64_t pages = 0;
+  std::int64_t live_slots = 0;
+  std::int64_t allocated_slots = 0;  // pages * tokens per page
+};
+struct PageManagerStats {
+  std::int64_t pool_pages = 0;
+  std::int64_t free_pages = 0;
+  std::vector<TierStats> tiers;
+  double internal_fragmentation = 0.0;  // 1 - live slots / allocated slots (0 when nothing allocated)
+  std::map<std::int64_t, std::int64_t> bytes_per_request;
+  std::int64_t ids_copied = 0;          // ids moved between the free list and tables, all rounds
+  std::int64_t compaction_rounds = 0;
+  double compaction_seconds = 0.0;      // coordination and copy, all rounds
+  std::int64_t preemptions = 0;
+};
+
+class UnifiedPageManager {
+ public:
+  explicit UnifiedPageManager(PageManagerConfig config);
+
+  const PageManagerConfig& config() const { return config_; }
+  std::int64_t heads_per_request() const { return config_.layers * config_.kv_heads; }
+  std::int64_t table_length() const { return table_length_; }
+
+  void admit(std::int64_t request);
+  void prompt_phase(std::span<const PromptRequest> batch);
+  void decode_step(std::span<const DecodeOp> ops);
+  void compact();
+  void finish(std::int64_t request);
+  void preempt(std::int64_t request);
+
+  bool has_request(std::int64_t request) const { return requests_.contains(request); }
+  bool prompted(std::int64_t request) const;
+  std::vector<std::int64_t> requests() const;
+  const PageTable& table(std::int64_t request, std::int32_t layer, std::int32_t head) const;
+  std::int64_t live_tokens(std::int64_t request, std::int32_t layer, std::int32_t head, int tier) const;
+  std::int64_t bytes_held(std::int64_t request, std::int32_t layer, std::int32_t head) const;
+  // The live slot of a token position in a tier, if any (a linear scan of the head's pages).
+  std::optional<SlotRef> find_slot(std::int64_t request, std::int32_t layer, std::int32_t head, int tier,
+                                   std::int32_t position) const;
+  PageId page_of(std::int64_t request, std::int32_t layer, std::int32_t head, const SlotRef& slot) const;
+
+  const PagePool& pool() const { return pool_; }
+  PagePool& pool() { return pool_; }
+  const FreePageList& free_list() const { return list_; }
+  PageManagerStats stats() const;
+  const CompactionRoundStats& last_round() const { return last_round_; }
+
+ private:
+  struct HeadState {
+    PageTable table;
+    std::int64_t live[2] = {0, 0};
+  };
+  struct RequestState {
+    bool prompted = false;
+    std::vector<HeadState> heads;
+  };
+
+  RequestState& request_state(std::int64_t request, const char* operation);
+  const RequestState& request_state(std::int64_t request, const char* operation) const;
+  HeadState& head_state(std::int64_t request, std::int32_t layer, std::int32_t head, const char* operation);
+  const HeadState& head_state(std::int64_t request, std::int32_t layer, std::int32_t head,
+                              const char* operation) const;
+  void record(const CompactionRoundStats& s);
+  void release(std::int64_t request);
+  // The first dead slot of a tier's pages, in table order; nullopt when all are live.
+  std::optional<SlotRef> free_slot(const HeadState& h, int tier) const;
+  void validate_slot(const HeadState& h, const SlotRef& s, const char* what) const;
+
+  PageManagerConfig config_;
+  PagePool pool_;
+  FreePageList list_;
+  std::int64_t table_length_ = 0;
+  std::map<std::int64_t, RequestState> requests_;
+  CompactionRoundStats last_round_;
+  std::int64_t ids_copied_ = 0;
+  std::int64_t rounds_ = 0;
+  double compaction_seconds_ = 0.0;
+  std::int64_t preemptions_ = 0;
+};
+
+}  // namespace kvcheck

@@ -1,0 +1,109 @@
+// The sequential model of LeanKV's unified page manager (DESIGN.md, "Unified pages"): what the
+// free list and every page table must hold after each command. Plain and slow on purpose: free
+// ids are a deque (the circular run read from the start pointer), heads are processed one by one,
+// and live tokens are sets of positions. It knows nothing of optimized/ (oracles depend only on
+// reference/); the properties hold the engine, parallel and sequential, against it.
+//
+// Definitions (the engine must reproduce them exactly):
+//   - Heads are ordered by request (admission batch order for the prompt phase, op order for a
+//     decode step, ascending request id for compaction), then layer, then kv-head.
+//   - Allocation takes ids from the front of the free run, head after head; recycling appends
+//     ids at the back, head after head. A round's allocations are checked against the free count
+//     before the round (ids recycled in a round are not reused in the same round).
+//   - A page table of length ceil(max_seq_len / a) + 1 (a, b: tokens per high / low page, b >= a)
+//     lists high pages from the left and low pages from the right, each in push order.
+//   - Prompt phase (per request, after admission): round 1 gives each head P = ceil(n / a) high
+//     pages (n: prompt length); round 2, with h high and l low tokens chosen per head
+//     (h + l <= n), keeps H = ceil(h / a) of them high (the first H), turns the next ones into
+//     low pages (the low side in that order), allocates max(0, H + L - P) more low pages
+//     (L = ceil(l / b); the +1 of the table length covers H + L = ceil(n / a) + 1) and recycles
+//     the rest in order. Both rounds are checked together before anything changes.
+//   - Decode step, per head: evict a live slot (optional), demote a live high token to low
+//     (optional: the low tier takes a free slot, a new low page when full), append the new token
+//     at high (a free slot, a new high page when full). At most one new page per head; none freed.
+//   - Compaction: per head and tier, ceil(live / tokens_per_page) pages stay (the outermost ones);
+//     the others are recycled, high before low, each in table order.
+//   - Finish / preempt: every page of the request is recycled, head after head, high pages in
+//     table order then low pages in table order.
+//   - Failures change nothing: kTableFull (a head would need more table entries than it has;
+//     checked first) or kPoolExhausted (more ids than are free).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <set>
+#include <vector>
+
+namespace kvcheck {
+
+struct ModelHead {
+  std::vector<std::int32_t> high_pages, low_pages;  // in table order (index 0 outermost)
+  std::set<std::int32_t> high_live, low_live;       // live token positions per tier
+};
+
+struct ModelRequest {
+  std::int64_t prompt_len = 0;
+  bool prompted = false;
+  std::int32_t next_position = 0;  // the position of the next decoded token
+  std::vector<ModelHead> heads;    // layer * kv_heads + head
+};
+
+struct ModelPromptHead {
+  std::vector<std::int32_t> high, low;  // positions kept at each tier (the rest are pruned)
+};
+struct ModelPrompt {
+  std::int64_t request = 0;
+  std::int64_t prompt_len = 0;
+  std::vector<ModelPromptHead> heads;
+};
+
+struct ModelSlot {
+  int tier = 0;
+  std::int32_t position = 0;
+};
+struct ModelDecodeOp {
+  std::int64_t request = 0;
+  std::int64_t layer = 0, head = 0;
+  std::int32_t position = 0;           // the new token's position (appended at high)
+  std::optional<ModelSlot> evict;      // a live token to drop
+  std::optional<std::int32_t> demote;  // a live high token to move to low
+};
+
+enum class ModelOutcome { kOk, kPoolExhausted, kTableFull };
+
+class PageManagerModel {
+ public:
+  PageManagerModel(std::int64_t pool_pages, std::int64_t layers, std::int64_t kv_heads,
+                   std::int64_t high_tokens_per_page, std::int64_t low_tokens_per_page, std::int64_t max_seq_len);
+
+  std::int64_t pool_pages() const { return pool_pages_; }
+  std::int64_t heads_per_request() const { return layers_ * kv_heads_; }
+  std::int64_t kv_heads() const { return kv_heads_; }
+  std::int64_t layers() const { return layers_; }
+  std::int64_t tokens_per_page(int tier) const { return tier == 0 ? high_tpp_ : low_tpp_; }
+  std::int64_t max_seq_len() const { return max_seq_len_; }
+  std::int64_t table_length() const;
+
+  void admit(std::int64_t request);  // a request id not present
+  ModelOutcome prompt(const std::vector<ModelPrompt>& batch);
+  ModelOutcome decode(const std::vector<ModelDecodeOp>& ops);
+  void release(std::int64_t request);  // finish or preempt
+  void compact();
+
+  const std::deque<std::int32_t>& free_run() const { return free_; }
+  std::int64_t start() const { return start_; }  // the free list's start pointer
+  const std::map<std::int64_t, ModelRequest>& requests() const { return requests_; }
+
+ private:
+  std::int32_t take();
+  void give(std::int32_t id) { free_.push_back(id); }
+
+  std::int64_t pool_pages_, layers_, kv_heads_, high_tpp_, low_tpp_, max_seq_len_;
+  std::deque<std::int32_t> free_;
+  std::int64_t start_ = 0;
+  std::map<std::int64_t, ModelRequest> requests_;
+};
+
+}  // namespace kvcheck
