@@ -1,6 +1,7 @@
 // Bytes per token per head and unified-page layouts.
 #include "kernels/cpu/kv_bytes.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -61,6 +62,52 @@ double kv_cache_bytes(const KvTier& tier, std::int64_t layers, std::int64_t kv_h
 
 namespace {
 
+std::int64_t largest_divisor_at_most(std::int64_t n, std::int64_t cap) {
+  for (std::int64_t d = std::min(n, cap); d > 1; --d) {
+    if (n % d == 0) return d;
+  }
+  return 1;
+}
+
+std::int64_t unit_bytes_of(const KvFormat& format) {
+  switch (format.dtype) {
+    case KvDType::kFp32: return 4;
+    case KvDType::kFp16: return 2;
+    case KvDType::kFp8E4M3:
+    case KvDType::kInt: return 1;
+  }
+  return 1;
+}
+
+CodeTiling row_tiling(const KvFormat& format, std::int64_t head_dim) {
+  CodeTiling t;
+  t.unit_bytes = unit_bytes_of(format);
+  t.row_units = format_bytes(format, head_dim).code_bytes_per_token / t.unit_bytes;
+  return t;
+}
+
+}  // namespace
+
+CodeTiling key_code_tiling(const KvFormat& format, std::int64_t head_dim) {
+  CodeTiling t = row_tiling(format, head_dim);
+  constexpr std::int64_t kVectorBytes = 16;  // one 128-bit load per thread
+  constexpr std::int64_t kMaxGroup = 4;      // threads cooperating on one key
+  t.vec = std::gcd(kVectorBytes / t.unit_bytes, t.row_units);
+  t.group = largest_divisor_at_most(t.row_units / t.vec, kMaxGroup);
+  return t;
+}
+
+CodeTiling value_code_tiling(const KvFormat& format, std::int64_t head_dim) {
+  CodeTiling t = row_tiling(format, head_dim);
+  constexpr std::int64_t kVectorBytes = 4;  // one 32-bit load of consecutive tokens
+  constexpr std::int64_t kMaxGroup = 8;     // units per thread group
+  t.vec = std::max<std::int64_t>(1, kVectorBytes / t.unit_bytes);
+  t.group = largest_divisor_at_most(t.row_units, kMaxGroup);
+  return t;
+}
+
+namespace {
+
 std::int64_t align_up(std::int64_t n) { return (n + kPageSegmentAlign - 1) / kPageSegmentAlign * kPageSegmentAlign; }
 
 PageLayout layout_for(const FormatBytes& k, const FormatBytes& v, std::int64_t n) {
@@ -87,7 +134,8 @@ PageLayout layout_for(const FormatBytes& k, const FormatBytes& v, std::int64_t n
 PageLayout page_layout(const KvTier& tier, std::int64_t head_dim, std::int64_t page_bytes) {
   const FormatBytes k = format_bytes(tier.key, head_dim);
   const FormatBytes v = format_bytes(tier.value, head_dim);
-  const std::int64_t unit = std::lcm(k.tokens_per_unit, v.tokens_per_unit);
+  const std::int64_t unit =
+      std::lcm(std::lcm(k.tokens_per_unit, v.tokens_per_unit), value_code_tiling(tier.value, head_dim).vec);
   // Without alignment padding and per-page copies n tokens take n * per_token bytes: an upper
   // bound on n to walk down from.
   const double per_token = k.bytes_per_token() + v.bytes_per_token() + kScoreBytes + kPositionBytes;

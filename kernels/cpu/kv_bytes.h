@@ -69,6 +69,23 @@ inline constexpr std::int64_t kPageSegmentAlign = 16;
 inline constexpr std::int64_t kScoreBytes = 4;     // fp32 attention score per token
 inline constexpr std::int64_t kPositionBytes = 4;  // int32 position per token
 
+// How the codes of one token row are tiled inside a page so that a GPU warp's loads are
+// contiguous (LeanKV section 5.4). The row of one token is `row_units` storage units of
+// `unit_bytes` each: one byte of packed codes for INT and FP8, one fp16 or fp32 element otherwise.
+//   keys   (reduction over the features):  [row_units / (vec * group)][tokens][group][vec]
+//          vec: units one thread loads at once (16 bytes); group: threads sharing one key
+//   values (reduction over the tokens):    [row_units / group][tokens / vec][group][vec]
+//          vec: consecutive TOKENS of one unit loaded at once; group: units per thread group
+// tokens per page is always a multiple of the value tiling's vec.
+struct CodeTiling {
+  std::int64_t unit_bytes = 1;
+  std::int64_t row_units = 0;
+  std::int64_t vec = 1;
+  std::int64_t group = 1;
+};
+CodeTiling key_code_tiling(const KvFormat& format, std::int64_t head_dim);
+CodeTiling value_code_tiling(const KvFormat& format, std::int64_t head_dim);
+
 struct PageSegment {
   std::int64_t offset = 0;
   std::int64_t bytes = 0;
@@ -80,7 +97,8 @@ struct PageLayout {
   std::int64_t used_bytes = 0;  // end of the last segment, <= page_bytes
 };
 
-// The largest token count (a multiple of the key and value token units) whose segments fit in
+// The largest token count (a multiple of the key and value token units and of the value tiling's
+// vec) whose segments fit in
 // page_bytes. InputError when not even one unit fits.
 PageLayout page_layout(const KvTier& tier, std::int64_t head_dim, std::int64_t page_bytes);
 inline std::int64_t tokens_per_page(const KvTier& tier, std::int64_t head_dim, std::int64_t page_bytes) {

@@ -39,26 +39,28 @@ TEST(KvBytes, LeanKvTiers) {
 }
 
 TEST(KvBytes, PageLayoutHandComputed) {
-  // K8V4, d = 128, 16 KiB: 208 bytes per token with score and position -> at most 78 tokens;
-  // 78: key codes 9984 @0, key meta 312 @9984, value codes 4992 @10304, value meta 312 @15296,
-  // scores 312 @15616, positions 312 @15936 -> 16248 <= 16384. 79 would need 16444.
+  // K8V4, d = 128, 16 KiB: 208 bytes per token with score and position -> at most 78 tokens, but
+  // the int4 values are tiled in vectors of 4 tokens, so a multiple of 4: 76.
+  // 76: key codes 9728 @0, key meta 304 @9728, value codes 4864 @10032, value meta 304 @14896,
+  // scores 304 @15200, positions 304 @15504 -> 15808 <= 16384. 80 would need 16640.
   const KvTier k8v4{int_format(per_token(8)), int_format(per_token(4))};
   const PageLayout p = page_layout(k8v4, 128, 16384);
-  EXPECT_EQ(p.tokens, 78);
+  EXPECT_EQ(p.tokens, 76);
   EXPECT_EQ(p.key_codes.offset, 0);
-  EXPECT_EQ(p.key_codes.bytes, 9984);
-  EXPECT_EQ(p.key_meta.offset, 9984);
-  EXPECT_EQ(p.key_meta.bytes, 312);
-  EXPECT_EQ(p.value_codes.offset, 10304);
-  EXPECT_EQ(p.value_meta.offset, 15296);
-  EXPECT_EQ(p.scores.offset, 15616);
-  EXPECT_EQ(p.positions.offset, 15936);
-  EXPECT_EQ(p.used_bytes, 16248);
+  EXPECT_EQ(p.key_codes.bytes, 9728);
+  EXPECT_EQ(p.key_meta.offset, 9728);
+  EXPECT_EQ(p.key_meta.bytes, 304);
+  EXPECT_EQ(p.value_codes.offset, 10032);
+  EXPECT_EQ(p.value_meta.offset, 14896);
+  EXPECT_EQ(p.scores.offset, 15200);
+  EXPECT_EQ(p.positions.offset, 15504);
+  EXPECT_EQ(p.used_bytes, 15808);
   // A lower tier holds more tokens.
   const KvTier k4v2{int_format(per_token(4)), int_format(per_token(2))};
   EXPECT_GT(tokens_per_page(k4v2, 128, 16384), p.tokens);
-  // fp16 K and V, d = 128: 520 bytes per token -> 31 tokens (16124 bytes).
-  EXPECT_EQ(tokens_per_page({fp16_format(), fp16_format()}, 128, 16384), 31);
+  // fp16 K and V, d = 128: 520 bytes per token -> 31 tokens fit, fp16 values are tiled in pairs
+  // of tokens -> 30 (positions end at 15608).
+  EXPECT_EQ(tokens_per_page({fp16_format(), fp16_format()}, 128, 16384), 30);
 }
 
 TEST(KvBytes, PerChannelPagesHoldWholeGroups) {

@@ -1,0 +1,70 @@
+// Tiled key and value code offsets inside a unified page.
+#include "kernels/cpu/page_codes.h"
+
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace kvcheck {
+namespace {
+
+void check_row(const CodeTiling& t, std::int64_t page_tokens, std::int64_t slot, std::size_t row_bytes,
+               const char* what) {
+  if (slot < 0 || slot >= page_tokens || static_cast<std::int64_t>(row_bytes) != t.row_units * t.unit_bytes) {
+    throw std::logic_error(fmt::format("{}: slot {} of {} with a row of {} bytes (tiling expects {})", what, slot,
+                                       page_tokens, row_bytes, t.row_units * t.unit_bytes));
+  }
+}
+
+}  // namespace
+
+std::int64_t key_code_offset(const CodeTiling& t, std::int64_t page_tokens, std::int64_t slot,
+                             std::int64_t row_byte) {
+  const std::int64_t unit = row_byte / t.unit_bytes;
+  const std::int64_t chunk = unit / (t.vec * t.group);
+  const std::int64_t within = unit % (t.vec * t.group);
+  const std::int64_t units = ((chunk * page_tokens + slot) * t.group + within / t.vec) * t.vec + within % t.vec;
+  return units * t.unit_bytes + row_byte % t.unit_bytes;
+}
+
+std::int64_t value_code_offset(const CodeTiling& t, std::int64_t page_tokens, std::int64_t slot,
+                               std::int64_t row_byte) {
+  const std::int64_t unit = row_byte / t.unit_bytes;
+  const std::int64_t units =
+      ((unit / t.group * (page_tokens / t.vec) + slot / t.vec) * t.group + unit % t.group) * t.vec + slot % t.vec;
+  return units * t.unit_bytes + row_byte % t.unit_bytes;
+}
+
+void store_key_row(std::span<std::uint8_t> segment, const CodeTiling& t, std::int64_t page_tokens,
+                   std::int64_t slot, std::span<const std::uint8_t> row) {
+  check_row(t, page_tokens, slot, row.size(), "store_key_row");
+  for (std::size_t b = 0; b < row.size(); ++b) {
+    segment[static_cast<std::size_t>(key_code_offset(t, page_tokens, slot, static_cast<std::int64_t>(b)))] = row[b];
+  }
+}
+
+void load_key_row(std::span<const std::uint8_t> segment, const CodeTiling& t, std::int64_t page_tokens,
+                  std::int64_t slot, std::span<std::uint8_t> row) {
+  check_row(t, page_tokens, slot, row.size(), "load_key_row");
+  for (std::size_t b = 0; b < row.size(); ++b) {
+    row[b] = segment[static_cast<std::size_t>(key_code_offset(t, page_tokens, slot, static_cast<std::int64_t>(b)))];
+  }
+}
+
+void store_value_row(std::span<std::uint8_t> segment, const CodeTiling& t, std::int64_t page_tokens,
+                     std::int64_t slot, std::span<const std::uint8_t> row) {
+  check_row(t, page_tokens, slot, row.size(), "store_value_row");
+  for (std::size_t b = 0; b < row.size(); ++b) {
+    segment[static_cast<std::size_t>(value_code_offset(t, page_tokens, slot, static_cast<std::int64_t>(b)))] = row[b];
+  }
+}
+
+void load_value_row(std::span<const std::uint8_t> segment, const CodeTiling& t, std::int64_t page_tokens,
+                    std::int64_t slot, std::span<std::uint8_t> row) {
+  check_row(t, page_tokens, slot, row.size(), "load_value_row");
+  for (std::size_t b = 0; b < row.size(); ++b) {
+    row[b] = segment[static_cast<std::size_t>(value_code_offset(t, page_tokens, slot, static_cast<std::int64_t>(b)))];
+  }
+}
+
+}  // namespace kvcheck
