@@ -50,6 +50,11 @@ constexpr int kGateSequences = 500;
 constexpr std::size_t kMinCommands = 100;
 constexpr int kMaxRequests = 4;
 constexpr std::int64_t kHeadDim = 16;
+// Decoding stays within max_seq_len positions in a real engine, and then a table never fills
+// (every step appends a position, so a head's peak high plus peak low tokens stay <= max_seq_len).
+// The properties decode up to this many positions past it, so that overflows happen and are
+// checked to be rejected before anything changes.
+constexpr std::int64_t kPastMaxSeqLen = 12;
 
 float score_of(std::int64_t request, std::int64_t layer, std::int64_t head, std::int32_t position) {
   return static_cast<float>(request * 1000 + layer * 100 + head * 10) + 0.25f * static_cast<float>(position);
@@ -89,7 +94,8 @@ void check_engine(const PageManagerModel& m, const UnifiedPageManager& e) {
     places[static_cast<std::size_t>(id)] += 1;
     RC_ASSERT(pool.owner(id).free());
     RC_ASSERT(pool.live_count(id) == 0);
-    for (std::byte b : pool.bytes(id)) RC_ASSERT(b == std::byte{0xFF});
+    const std::span<const std::byte> bytes = pool.bytes(id);
+    RC_ASSERT(std::all_of(bytes.begin(), bytes.end(), [](std::byte b) { return b == std::byte{0xFF}; }));
   }
   // Requests and tables.
   std::vector<std::int64_t> model_ids;
@@ -103,6 +109,7 @@ void check_engine(const PageManagerModel& m, const UnifiedPageManager& e) {
         const auto head = static_cast<std::int32_t>(k);
         const ModelHead& mh = r.heads[static_cast<std::size_t>(l * m.kv_heads() + k)];
         const PageTable& t = e.table(id, layer, head);
+        const std::string where = t.key().where();
         RC_ASSERT(t.length() == m.table_length());
         const auto high = static_cast<std::int64_t>(mh.high_pages.size());
         const auto low = static_cast<std::int64_t>(mh.low_pages.size());
@@ -114,7 +121,7 @@ void check_engine(const PageManagerModel& m, const UnifiedPageManager& e) {
           const PageId want = i < high ? mh.high_pages[static_cast<std::size_t>(i)]
                               : i >= t.length() - low ? mh.low_pages[static_cast<std::size_t>(t.length() - 1 - i)]
                                                       : kNoPage;
-          RC_ASSERT(entries[static_cast<std::size_t>(i)] == want);
+          if (entries[static_cast<std::size_t>(i)] != want) RC_FAIL("table entry " + std::to_string(i) + " differs from the model");
         }
         used += high + low;
         const std::set<std::int32_t>* model_live[2] = {&mh.high_live, &mh.low_live};
@@ -130,12 +137,13 @@ void check_engine(const PageManagerModel& m, const UnifiedPageManager& e) {
               const TokenPayload p = pool.payload(pid, s);
               if (pool.live(pid, s)) {
                 ++live;
-                RC_ASSERT(p.position >= 0);
-                RC_ASSERT(p.score == score_of(id, l, k, p.position));
-                RC_ASSERT(positions.insert(p.position).second);
-              } else {
-                RC_ASSERT(p.position == -1);
-                RC_ASSERT(std::isnan(p.score));
+                if (p.position < 0 || p.score != score_of(id, l, k, p.position) || !positions.insert(p.position).second) {
+                  RC_FAIL(where + ": live slot " + std::to_string(s) + " of page " +
+                          std::to_string(pid) + " lost its payload (position " + std::to_string(p.position) + ")");
+                }
+              } else if (p.position != -1 || !std::isnan(p.score)) {
+                RC_FAIL(where + ": dead slot " + std::to_string(s) + " of page " +
+                        std::to_string(pid) + " is not poisoned");
               }
             }
           }
@@ -145,7 +153,7 @@ void check_engine(const PageManagerModel& m, const UnifiedPageManager& e) {
       }
     }
   }
-  for (int c : places) RC_ASSERT(c == 1);
+  RC_ASSERT(std::all_of(places.begin(), places.end(), [](int c) { return c == 1; }));  // one place per id
   RC_ASSERT(static_cast<std::int64_t>(free_ids.size()) + used == n);
   const PageManagerStats s = e.stats();
   RC_ASSERT(s.free_pages + s.tiers[0].pages + s.tiers[1].pages == n);
@@ -285,7 +293,7 @@ struct Decode : Cmd {
   explicit Decode(const PageManagerModel& m) {
     std::vector<std::int64_t> ready;
     for (const auto& [id, r] : m.requests()) {
-      if (r.prompted && r.next_position < m.max_seq_len()) ready.push_back(id);
+      if (r.prompted && r.next_position < m.max_seq_len() + kPastMaxSeqLen) ready.push_back(id);
     }
     RC_PRE(!ready.empty());
     const std::int64_t id = *rc::gen::elementOf(ready);
@@ -316,7 +324,7 @@ struct Decode : Cmd {
       RC_PRE(m.requests().contains(op.request));
       const ModelRequest& r = m.requests().at(op.request);
       RC_PRE(r.prompted);
-      RC_PRE(op.position >= r.next_position && op.position < m.max_seq_len());
+      RC_PRE(op.position >= r.next_position && op.position < m.max_seq_len() + kPastMaxSeqLen);
       const ModelHead& mh = r.heads[static_cast<std::size_t>(op.layer * m.kv_heads() + op.head)];
       if (op.evict) RC_PRE((op.evict->tier == 0 ? mh.high_live : mh.low_live).contains(op.evict->position));
       if (op.demote) RC_PRE(mh.high_live.contains(*op.demote));
@@ -381,7 +389,9 @@ struct Release : Cmd {
     for (auto& e : sut.engines) {
       if (preempt) e->preempt(id); else e->finish(id);
       RC_ASSERT(!e->has_request(id));
-      for (PageId p = 0; p < static_cast<PageId>(m.pool_pages()); ++p) RC_ASSERT(e->pool().owner(p).head.request != id);
+      for (PageId p = 0; p < static_cast<PageId>(m.pool_pages()); ++p) {
+        if (e->pool().owner(p).head.request == id) RC_FAIL("a released request still owns page " + std::to_string(p));
+      }
     }
     check_all(next, sut);
   }
