@@ -68,4 +68,15 @@ struct EvalArgs {
 void add_eval(CLI::App& app, EvalArgs& args);
 int run_eval(const EvalArgs& args);
 
+// kvcheck bench: one benchmark mode per flag (--fragmentation for now); no mode is an error.
+struct BenchArgs {
+  bool fragmentation = false;
+  std::string json;
+  std::uint64_t seed = 1;
+  std::int64_t requests = 1000;
+  bool quiet = false;
+};
+void add_bench(CLI::App& app, BenchArgs& args);
+int run_bench(const BenchArgs& args);
+
 }  // namespace kvcheck::cli

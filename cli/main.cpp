@@ -24,6 +24,8 @@ int main(int argc, char** argv) {
   kvcheck::cli::add_make_model(app, make_model_args);
   kvcheck::cli::EvalArgs eval_args;
   kvcheck::cli::add_eval(app, eval_args);
+  kvcheck::cli::BenchArgs bench_args;
+  kvcheck::cli::add_bench(app, bench_args);
 
   try {
     app.parse(argc, argv);
@@ -36,6 +38,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("generate")) return kvcheck::cli::run_generate(generate_args);
     if (app.got_subcommand("make-model")) return kvcheck::cli::run_make_model(make_model_args);
     if (app.got_subcommand("eval")) return kvcheck::cli::run_eval(eval_args);
+    if (app.got_subcommand("bench")) return kvcheck::cli::run_bench(bench_args);
   } catch (const kvcheck::InputError& e) {
     fmt::print(stderr, "kvcheck: error: {}\n", e.what());
     return 2;
