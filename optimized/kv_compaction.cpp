@@ -66,8 +66,8 @@ CompactionRoundStats compact(FreePageList& list, std::span<const std::int64_t> a
   } else {
     const int threads = options.resolved_threads();
     std::vector<std::int64_t> alloc_offset(allocate.size()), recycle_offset(recycle.size());
-    s.allocated = exclusive_scan(allocate, alloc_offset, threads, options.min_parallel);
-    s.recycled = exclusive_scan(recycle, recycle_offset, threads, options.min_parallel);
+    s.allocated = kvcheck::exclusive_scan(allocate, alloc_offset, threads, options.min_parallel);
+    s.recycled = kvcheck::exclusive_scan(recycle, recycle_offset, threads, options.min_parallel);
     const std::int64_t start = list.reserve_allocation(s.allocated);  // PoolExhausted, nothing changed
     const std::int64_t end = list.end_position();
     parallel_for(s.heads, threads, options.min_parallel, [&](std::int64_t h) {

@@ -17,8 +17,8 @@ CompactIdsResult compact_ids(std::int32_t* list, std::int64_t pool, FreeRun run,
   const auto n = static_cast<std::size_t>(heads);
   CompactIdsResult r;
   r.run = run;
-  r.total_allocated = exclusive_scan({alloc_counts, n}, {alloc_offsets, n}, threads);
-  r.total_recycled = exclusive_scan({recycle_counts, n}, {recycle_offsets, n}, threads);
+  r.total_allocated = kvcheck::exclusive_scan({alloc_counts, n}, {alloc_offsets, n}, threads);
+  r.total_recycled = kvcheck::exclusive_scan({recycle_counts, n}, {recycle_offsets, n}, threads);
   if (r.total_allocated > run.free_count || run.free_count - r.total_allocated + r.total_recycled > pool) return r;
   auto wrap = [pool](std::int64_t p) { return static_cast<std::size_t>(p % pool); };
   const std::int64_t end = run.start + run.free_count;

@@ -418,7 +418,7 @@ struct PoolSetup {
 
 PoolSetup draw_setup() {
   PoolSetup s;
-  s.page_bytes = *rc::gen::element<std::int64_t>(160, 192, 256, 320);
+  s.page_bytes = *rc::gen::element<std::int64_t>(160, 224, 320, 384);  // tokens per high/low page: 4/4, 4/8, 8/8, 8/12
   s.layers = *rc::gen::inRange<std::int64_t>(1, 3);
   s.kv_heads = *rc::gen::inRange<std::int64_t>(1, 3);
   s.max_seq_len = *rc::gen::inRange<std::int64_t>(6, 33);
