@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "kernels/cpu/page_codes.h"
 #include "reference/errors.h"
 
 namespace kvcheck {
@@ -36,7 +37,8 @@ PagePool::PagePool(PagePoolConfig config) : config_(std::move(config)) {
       throw input_error(where, "format", "unified pages need per-token metadata (slots move between pages)");
     }
     layouts_.push_back(page_layout(tier, config_.head_dim, config_.page_bytes));
-    slot_sizes_.push_back({k.code_bytes_per_token, k.meta_bytes_per_unit, v.code_bytes_per_token, v.meta_bytes_per_unit});
+    slot_sizes_.push_back({k.code_bytes_per_token, k.meta_bytes_per_unit, v.code_bytes_per_token, v.meta_bytes_per_unit,
+                           key_code_tiling(tier.key, config_.head_dim), value_code_tiling(tier.value, config_.head_dim)});
     if (t > 0 && layouts_[t].tokens < layouts_[t - 1].tokens) {
       throw input_error(where, "tokens per page", "{} is fewer than tier {}'s {} (a lower tier must hold more)",
                         layouts_[t].tokens, t - 1, layouts_[t - 1].tokens);
@@ -106,9 +108,7 @@ std::int64_t PagePool::segment_offset(int tier, std::int64_t slot, Segment segme
   const PageLayout& l = layout(tier);
   const SlotSizes& s = slot_sizes_[static_cast<std::size_t>(tier)];
   switch (segment) {
-    case Segment::kKeyCodes: *size = s.key_codes; return l.key_codes.offset + slot * s.key_codes;
     case Segment::kKeyMeta: *size = s.key_meta; return l.key_meta.offset + slot * s.key_meta;
-    case Segment::kValueCodes: *size = s.value_codes; return l.value_codes.offset + slot * s.value_codes;
     case Segment::kValueMeta: *size = s.value_meta; return l.value_meta.offset + slot * s.value_meta;
     case Segment::kScore: *size = kScoreBytes; return l.scores.offset + slot * kScoreBytes;
     case Segment::kPosition: *size = kPositionBytes; return l.positions.offset + slot * kPositionBytes;
@@ -135,6 +135,70 @@ std::span<std::byte> PagePool::slot_bytes(PageId id, std::int64_t slot, Segment 
   return bytes(id).subspan(static_cast<std::size_t>(offset), static_cast<std::size_t>(size));
 }
 
+std::span<const std::byte> PagePool::slot_bytes(PageId id, std::int64_t slot, Segment segment) const {
+  check_slot(id, slot);
+  std::int64_t size = 0;
+  const std::int64_t offset = segment_offset(owner(id).tier, slot, segment, &size);
+  return bytes(id).subspan(static_cast<std::size_t>(offset), static_cast<std::size_t>(size));
+}
+
+PagePool::SlotCodes PagePool::empty_codes(int tier) const {
+  const SlotSizes& s = slot_sizes_[static_cast<std::size_t>(tier)];
+  SlotCodes c;
+  c.key.resize(static_cast<std::size_t>(s.key_codes));
+  c.key_meta.resize(static_cast<std::size_t>(s.key_meta));
+  c.value.resize(static_cast<std::size_t>(s.value_codes));
+  c.value_meta.resize(static_cast<std::size_t>(s.value_meta));
+  return c;
+}
+
+void PagePool::store_codes(PageId id, std::int64_t slot, const SlotCodes& codes) {
+  check_slot(id, slot);
+  require_backing("store_codes");
+  const int tier = owner(id).tier;
+  const SlotSizes& s = slot_sizes_[static_cast<std::size_t>(tier)];
+  const PageLayout& l = layout(tier);
+  const std::span<std::byte> page = bytes(id);
+  auto segment = [&](const PageSegment& g) {
+    return std::span<std::uint8_t>(reinterpret_cast<std::uint8_t*>(page.data()) + g.offset,
+                                   static_cast<std::size_t>(g.bytes));
+  };
+  store_key_row(segment(l.key_codes), s.key_tiling, l.tokens, slot, codes.key);
+  store_value_row(segment(l.value_codes), s.value_tiling, l.tokens, slot, codes.value);
+  auto put_meta = [&](Segment g, const std::vector<std::uint8_t>& meta) {
+    const std::span<std::byte> dst = slot_bytes(id, slot, g);
+    if (meta.size() != dst.size()) {
+      throw std::logic_error(fmt::format("page pool: metadata of {} bytes for a slot of {}", meta.size(), dst.size()));
+    }
+    std::memcpy(dst.data(), meta.data(), meta.size());
+  };
+  put_meta(Segment::kKeyMeta, codes.key_meta);
+  put_meta(Segment::kValueMeta, codes.value_meta);
+}
+
+PagePool::SlotCodes PagePool::load_codes(PageId id, std::int64_t slot) const {
+  check_slot(id, slot);
+  require_backing("load_codes");
+  const int tier = owner(id).tier;
+  const SlotSizes& s = slot_sizes_[static_cast<std::size_t>(tier)];
+  const PageLayout& l = layout(tier);
+  const std::span<const std::byte> page = bytes(id);
+  auto segment = [&](const PageSegment& g) {
+    return std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(page.data()) + g.offset,
+                                         static_cast<std::size_t>(g.bytes));
+  };
+  SlotCodes c = empty_codes(tier);
+  load_key_row(segment(l.key_codes), s.key_tiling, l.tokens, slot, c.key);
+  load_value_row(segment(l.value_codes), s.value_tiling, l.tokens, slot, c.value);
+  auto get_meta = [&](Segment g, std::vector<std::uint8_t>& meta) {
+    const std::span<const std::byte> src = slot_bytes(id, slot, g);
+    std::memcpy(meta.data(), src.data(), src.size());
+  };
+  get_meta(Segment::kKeyMeta, c.key_meta);
+  get_meta(Segment::kValueMeta, c.value_meta);
+  return c;
+}
+
 void PagePool::put(PageId id, std::int64_t slot, const TokenPayload& payload) {
   check_slot(id, slot);
   const auto s = static_cast<std::size_t>(slot);
@@ -149,10 +213,12 @@ void PagePool::kill(PageId id, std::int64_t slot) {
   const auto s = static_cast<std::size_t>(slot);
   mask(id)[s / kMaskBits] &= ~(std::uint64_t{1} << (s % kMaskBits));
   if (!config_.backing || !config_.poison) return;
-  for (Segment g : {Segment::kKeyCodes, Segment::kKeyMeta, Segment::kValueCodes, Segment::kValueMeta, Segment::kScore,
-                    Segment::kPosition}) {
-    std::ranges::fill(slot_bytes(id, slot, g), kPoison);
+  SlotCodes poison = empty_codes(owner(id).tier);
+  for (auto* v : {&poison.key, &poison.key_meta, &poison.value, &poison.value_meta}) {
+    std::ranges::fill(*v, std::to_integer<std::uint8_t>(kPoison));
   }
+  store_codes(id, slot, poison);
+  for (Segment g : {Segment::kScore, Segment::kPosition}) std::ranges::fill(slot_bytes(id, slot, g), kPoison);
 }
 
 void PagePool::move(PageId from, std::int64_t from_slot, PageId to, std::int64_t to_slot) {
@@ -162,8 +228,8 @@ void PagePool::move(PageId from, std::int64_t from_slot, PageId to, std::int64_t
   const auto s = static_cast<std::size_t>(to_slot);
   mask(to)[s / kMaskBits] |= std::uint64_t{1} << (s % kMaskBits);
   if (config_.backing) {
-    for (Segment g : {Segment::kKeyCodes, Segment::kKeyMeta, Segment::kValueCodes, Segment::kValueMeta,
-                      Segment::kScore, Segment::kPosition}) {
+    store_codes(to, to_slot, load_codes(from, from_slot));
+    for (Segment g : {Segment::kScore, Segment::kPosition}) {
       const std::span<std::byte> src = slot_bytes(from, from_slot, g);
       std::memcpy(slot_bytes(to, to_slot, g).data(), src.data(), src.size());
     }

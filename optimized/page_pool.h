@@ -76,7 +76,7 @@ class PagePool {
   std::int64_t live_count(PageId id) const;
   // The lowest dead slot, or -1 when every slot is live.
   std::int64_t first_dead_slot(PageId id) const;
-  // Marks a slot live and writes its position and score (codes are the quantizer's business).
+  // Marks a slot live and writes its position and score (its codes: store_codes).
   void put(PageId id, std::int64_t slot, const TokenPayload& payload);
   // Marks a slot dead (poisoned when poison is on).
   void kill(PageId id, std::int64_t slot);
@@ -84,16 +84,31 @@ class PagePool {
   void move(PageId from, std::int64_t from_slot, PageId to, std::int64_t to_slot);
   TokenPayload payload(PageId id, std::int64_t slot) const;
 
-  // The bytes of a page, and of one slot of one segment (key codes row, ...).
+  // A slot's key and value code rows (the quantizer's [head_dim / codes_per_byte] bytes, or the
+  // fp16/fp32 elements), stored in and read from the tiled layouts of kernels/cpu/page_codes.h, and
+  // its key and value metadata (fp16 scale and zero of the per-token formats).
+  struct SlotCodes {
+    std::vector<std::uint8_t> key, key_meta, value, value_meta;
+    bool operator==(const SlotCodes&) const = default;
+  };
+  void store_codes(PageId id, std::int64_t slot, const SlotCodes& codes);
+  SlotCodes load_codes(PageId id, std::int64_t slot) const;
+  // Row sizes of a tier, for callers that fill SlotCodes.
+  SlotCodes empty_codes(int tier) const;
+
+  // The bytes of a page.
   std::span<std::byte> bytes(PageId id);
   std::span<const std::byte> bytes(PageId id) const;
-  enum class Segment { kKeyCodes, kKeyMeta, kValueCodes, kValueMeta, kScore, kPosition };
-  std::span<std::byte> slot_bytes(PageId id, std::int64_t slot, Segment segment);
 
  private:
   struct SlotSizes {
     std::int64_t key_codes, key_meta, value_codes, value_meta;
+    CodeTiling key_tiling, value_tiling;
   };
+  // The per-slot contiguous segments (metadata, score, position); codes are tiled.
+  enum class Segment { kKeyMeta, kValueMeta, kScore, kPosition };
+  std::span<std::byte> slot_bytes(PageId id, std::int64_t slot, Segment segment);
+  std::span<const std::byte> slot_bytes(PageId id, std::int64_t slot, Segment segment) const;
   std::uint64_t* mask(PageId id) { return masks_.data() + static_cast<std::size_t>(id) * words_; }
   const std::uint64_t* mask(PageId id) const { return masks_.data() + static_cast<std::size_t>(id) * words_; }
   std::int64_t segment_offset(int tier, std::int64_t slot, Segment segment, std::int64_t* size) const;
