@@ -15,6 +15,8 @@ Usage (from the repository root, after prepare_corpus.sh and train_tokenizer.sh)
 
 Every --eval-every steps it prints held-out loss and teacher-forced retrieval exact match and
 rewrites the checkpoint in --out, so an interrupted run still leaves a usable model.
+With --device cuda (a GPU machine's PyTorch) the same float32 computation runs on the GPU; the
+batches are still built on the CPU (about 20 ms for 64 rows of 512 tokens).
 """
 import argparse
 import json
@@ -104,11 +106,11 @@ class TinyLlama(torch.nn.Module):
 
     def forward(self, ids):
         t = ids.shape[1]
-        pos = torch.arange(t, dtype=torch.float32)
+        pos = torch.arange(t, dtype=torch.float32, device=ids.device)
         freqs = torch.outer(pos, self.inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1)
         cos, sin = emb.cos()[None, None], emb.sin()[None, None]
-        mask = torch.full((t, t), float("-inf")).triu(1)
+        mask = torch.full((t, t), float("-inf"), device=ids.device).triu(1)
         x = self.embed_tokens(ids)
         for layer in self.layers:
             x = layer(x, cos, sin, mask)
@@ -129,7 +131,7 @@ def hf_tensors(model):
             out[p + f"self_attn.{proj}.weight"] = getattr(l, proj).weight
         for proj in ("gate_proj", "up_proj", "down_proj"):
             out[p + f"mlp.{proj}.weight"] = getattr(l, proj).weight
-    return {k: v.detach().to(torch.float32).contiguous().numpy() for k, v in out.items()}
+    return {k: v.detach().to("cpu", torch.float32).contiguous().numpy() for k, v in out.items()}
 
 
 def load_hf(model, path):
@@ -296,7 +298,7 @@ def validate(model, data, a):
     rng = random.Random(12345)
     losses = []
     for _ in range(a.val_windows):
-        ids = torch.tensor([data.natural(rng, a.ctx + 1, data.held)])
+        ids = torch.tensor([data.natural(rng, a.ctx + 1, data.held)], device=a.device)
         logits = model(ids[:, :-1])
         losses.append(F.cross_entropy(logits[0], ids[0, 1:]).item())
     correct = {}
@@ -305,7 +307,7 @@ def validate(model, data, a):
             ok = 0
             for _ in range(a.val_items):
                 p, ans = data.task_ids(rng, kind, length, data.held_filler)
-                ids = torch.tensor([p + ans])
+                ids = torch.tensor([p + ans], device=a.device)
                 pred = model(ids[:, :-1])[0].argmax(-1)
                 ok += int(all(pred[len(p) - 1 + j].item() == ans[j] for j in range(len(ans))))
             correct[f"{kind}@{length}"] = ok / a.val_items
@@ -350,6 +352,7 @@ def main():
     ap.add_argument("--val-windows", type=int, default=8)
     ap.add_argument("--val-items", type=int, default=6)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda to train on a GPU (same float32 computation)")
     ap.add_argument("--seed", type=int, default=20261122)
     a = ap.parse_args()
 
@@ -362,6 +365,7 @@ def main():
     if a.init_from:
         load_hf(model, os.path.join(a.init_from, "model.safetensors"))
         print(f"initialised from {a.init_from}", flush=True)
+    model.to(a.device)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: {n_params} parameters ({n_params * 4 / 2**20:.2f} MiB as float32)", flush=True)
 
@@ -380,7 +384,7 @@ def main():
     for step in range(a.steps):
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
-        x, y, w = data.batch()
+        x, y, w = (t.to(a.device) for t in data.batch())
         logits = model(x)
         loss_tok = F.cross_entropy(logits.reshape(-1, a.vocab), y.reshape(-1), reduction="none")
         loss = (loss_tok * w.reshape(-1)).sum() / w.sum()
