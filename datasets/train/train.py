@@ -282,6 +282,10 @@ class Data:
                     ids += self.natural(rng, n - len(ids))
             else:
                 ids = self.natural(rng, n)
+            if a.bos_first and ids[0] != 1:
+                # Every row starts with <s>, as every evaluated prompt does: a fixed first token
+                # that heads can park attention on (an attention sink).
+                ids = [1] + ids[:n - 1]
             rows.append(ids)
             weights.append(w)
         t = torch.tensor(rows, dtype=torch.long)
@@ -345,6 +349,8 @@ def main():
                     help="repeated spans are random tokens, repeated to the end of the row")
     ap.add_argument("--repeat-vocab", type=int, default=0,
                     help="random spans use token ids below this (0: the whole vocabulary)")
+    ap.add_argument("--bos-first", action="store_true",
+                    help="start every row with <s> (natural-text windows too), as evaluated prompts do")
     ap.add_argument("--init-from", default=None, help="start from the weights in this checkpoint")
     ap.add_argument("--min-task-len", type=int, default=64)
     ap.add_argument("--answer-weight", type=float, default=10.0)
