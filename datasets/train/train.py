@@ -254,7 +254,7 @@ class Data:
         for _ in range(a.batch):
             w = [1.0] * (n - 1)
             if rng.random() < a.task_share:
-                kind = rng.choice(retrieval_tasks.TASKS)
+                kind = rng.choice(a.task_kinds)
                 length = rng.randint(a.min_task_len, a.ctx)
                 p, ans = self.task_ids(rng, kind, length, self.filler)
                 ids = (p + ans + [2])[:n]
@@ -349,6 +349,8 @@ def main():
                     help="repeated spans are random tokens, repeated to the end of the row")
     ap.add_argument("--repeat-vocab", type=int, default=0,
                     help="random spans use token ids below this (0: the whole vocabulary)")
+    ap.add_argument("--task-kinds", default=",".join(retrieval_tasks.TASKS),
+                    help="comma-separated task kinds to draw from; repeat a kind to weight it (kv,kv,needle)")
     ap.add_argument("--bos-first", action="store_true",
                     help="start every row with <s> (natural-text windows too), as evaluated prompts do")
     ap.add_argument("--init-from", default=None, help="start from the weights in this checkpoint")
@@ -362,6 +364,10 @@ def main():
     ap.add_argument("--seed", type=int, default=20261122)
     a = ap.parse_args()
 
+    a.task_kinds = [k for k in a.task_kinds.split(",") if k]
+    unknown = sorted(set(a.task_kinds) - set(retrieval_tasks.TASKS))
+    if unknown or not a.task_kinds:
+        ap.error(f"--task-kinds: unknown kind(s) {unknown}; known: {retrieval_tasks.TASKS}")
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     sp = spm.SentencePieceProcessor(model_file=a.tokenizer or os.path.join(a.out, "tokenizer.model"))
