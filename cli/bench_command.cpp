@@ -97,10 +97,25 @@ int run_fragmentation(const BenchArgs& args) {
 }  // namespace
 
 void add_bench(CLI::App& app, BenchArgs& args) {
-  CLI::App* cmd = app.add_subcommand("bench", "Benchmarks (one mode per flag: --fragmentation)");
+  CLI::App* cmd = app.add_subcommand("bench", "Benchmarks (one mode per flag: --fragmentation, --engine)");
   cmd->add_flag("--fragmentation", args.fragmentation,
                 "Internal fragmentation of the four SpvLLM slot strategies and the no-eviction baseline "
                 "on a synthetic ShareGPT-like workload");
+  cmd->add_flag("--engine", args.engine,
+                "Generation speed of the optimized engine at batch 1 and at --batch against the reference at "
+                "batch 1, measured side by side in this run");
+  cmd->add_option("--model", args.model, "--engine: model directory (default: the embedded model)");
+  cmd->add_option("--policy", args.policy, "--engine: KV policy")->capture_default_str();
+  cmd->add_option("--prompt-tokens", args.prompt_tokens, "--engine: tokens per prompt")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--new-tokens", args.new_tokens, "--engine: tokens generated per request")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--batch", args.batch, "--engine: requests decoded together")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--threads", args.threads, "--engine: CPU threads (0: every core)")->capture_default_str();
   cmd->add_option("--json", args.json, "Write the results as JSON to FILE (atomically)");
   cmd->add_option("--seed", args.seed, "Workload seed")->capture_default_str();
   cmd->add_option("--requests", args.requests, "Number of requests")->capture_default_str()->check(CLI::PositiveNumber);
@@ -108,8 +123,12 @@ void add_bench(CLI::App& app, BenchArgs& args) {
 }
 
 int run_bench(const BenchArgs& args) {
+  if (args.fragmentation && args.engine) {
+    throw input_error("kvcheck bench", "mode", "pass one mode at a time (--fragmentation or --engine)");
+  }
   if (args.fragmentation) return run_fragmentation(args);
-  throw input_error("kvcheck bench", "mode", "no benchmark mode given: pass one of --fragmentation");
+  if (args.engine) return run_engine_bench(args);
+  throw input_error("kvcheck bench", "mode", "no benchmark mode given: pass one of --fragmentation, --engine");
 }
 
 }  // namespace kvcheck::cli

@@ -23,12 +23,35 @@ struct GenerateArgs {
   std::string decode_path = "cache";
   bool no_bos = false;
   bool ignore_eos = false;
+  std::string engine = "reference";  // or "optimized"
+  std::string device = "cpu";
+  std::string policy = "full-fp32";
+  std::int64_t kv_pages = 0;
+  std::int64_t page_bytes = 16 * 1024;
+  int threads = 0;
 };
 void add_generate(CLI::App& app, GenerateArgs& args);
 // "1, 2,3" -> {1, 2, 3}. InputError naming --ids and the index of anything that is not an
 // integer; an empty or all-blank string gives an empty list.
 std::vector<std::int64_t> parse_token_ids(const std::string& text);
 int run_generate(const GenerateArgs& args);
+
+struct VerifyArgs {
+  std::string model;
+  std::string device = "cpu";
+  std::string policy = "full-fp32";
+  std::int64_t prompts = 8;
+  std::int64_t prompt_tokens = 64;
+  std::int64_t max_new_tokens = 32;
+  std::string feed = "greedy";  // greedy: the reference's greedy tokens; text: the held-out text
+  std::int64_t kv_pages = 0;
+  std::int64_t page_bytes = 16 * 1024;
+  int threads = 0;
+  std::uint64_t seed = 1;  // prompts of random ids, for a model without tokenizer.model
+  std::string json;
+};
+void add_verify(CLI::App& app, VerifyArgs& args);
+int run_verify(const VerifyArgs& args);
 
 struct MakeModelArgs {
   bool random = false;
@@ -71,6 +94,13 @@ int run_eval(const EvalArgs& args);
 // kvcheck bench: one benchmark mode per flag (--fragmentation for now); no mode is an error.
 struct BenchArgs {
   bool fragmentation = false;
+  bool engine = false;
+  std::string model;
+  std::string policy = "full-fp32";
+  std::int64_t prompt_tokens = 64;
+  std::int64_t new_tokens = 64;
+  std::int64_t batch = 32;
+  int threads = 0;
   std::string json;
   std::uint64_t seed = 1;
   std::int64_t requests = 1000;
@@ -78,5 +108,6 @@ struct BenchArgs {
 };
 void add_bench(CLI::App& app, BenchArgs& args);
 int run_bench(const BenchArgs& args);
+int run_engine_bench(const BenchArgs& args);
 
 }  // namespace kvcheck::cli

@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include "cli/commands.h"
+#include "optimized/engine.h"
 #include "reference/errors.h"
 #include "reference/generate.h"
 #include "reference/model.h"
@@ -17,7 +18,7 @@
 namespace kvcheck::cli {
 
 void add_generate(CLI::App& app, GenerateArgs& args) {
-  CLI::App* cmd = app.add_subcommand("generate", "Greedy generation with the reference transformer");
+  CLI::App* cmd = app.add_subcommand("generate", "Greedy generation with the reference transformer or the optimized engine");
   cmd->add_option("--model", args.model,
                   "Model directory (config.json, model.safetensors, tokenizer.model); default: the embedded model "
                   "<datasets>/models/kvcheck-tiny");
@@ -35,6 +36,16 @@ void add_generate(CLI::App& app, GenerateArgs& args) {
       ->check(CLI::IsMember({"cache", "recompute"}));
   cmd->add_flag("--no-bos", args.no_bos, "Do not prepend BOS to --prompt");
   cmd->add_flag("--ignore-eos", args.ignore_eos, "Keep generating after EOS");
+  cmd->add_option("--engine", args.engine, "reference: the exact double-precision oracle; optimized: the paged engine")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"reference", "optimized"}));
+  cmd->add_option("--device", args.device, "Optimized engine backend: cpu or cuda")->capture_default_str();
+  cmd->add_option("--policy", args.policy, "Optimized engine KV policy (see kvcheck verify --help)")->capture_default_str();
+  cmd->add_option("--kv-pages", args.kv_pages, "Optimized engine: pages in the KV pool (0: automatic)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--page-bytes", args.page_bytes, "Optimized engine: bytes per KV page")->capture_default_str();
+  cmd->add_option("--threads", args.threads, "Optimized engine: CPU threads (0: every core)")->capture_default_str();
 }
 
 std::vector<std::int64_t> parse_token_ids(const std::string& text) {
@@ -87,12 +98,37 @@ int run_generate(const GenerateArgs& args) {
     }
   }
 
+  GenerateResult result;
+  if (args.engine == "optimized") {
+    if (args.decode_path != "cache") throw input_error("--decode-path", "value", "only the reference has a recompute path");
+    EngineOptions eo;
+    eo.device = args.device;
+    eo.policy = args.policy;
+    eo.pages = args.kv_pages;
+    eo.page_bytes = args.page_bytes;
+    eo.threads = args.threads;
+    eo.batch_hint = 1;
+    std::unique_ptr<Engine> engine = make_engine(model, eo);
+    EngineGenerateOptions go;
+    go.max_new_tokens = args.max_new_tokens;
+    go.stop_at_eos = !args.ignore_eos;
+    go.keep_logits = !args.dump_logits.empty();
+    EngineGenerateResult er = engine_generate(*engine, 0, prompt, go);
+    result.generated = er.generated;
+    result.stop_reason = er.stop_reason;
+    if (go.keep_logits) {
+      const Eigen::Index v = model.config().vocab_size;
+      result.logits = Eigen::Map<const MatrixRM>(er.logits.data(), static_cast<Eigen::Index>(er.logits.size()) / v, v);
+    }
+    fmt::print("engine: optimized, device {}, policy {}\n", args.device, args.policy);
+  } else {
   GenerateOptions options;
   options.max_new_tokens = args.max_new_tokens;
   options.path = args.decode_path == "recompute" ? DecodePath::kFullRecompute : DecodePath::kKVCache;
   options.stop_at_eos = !args.ignore_eos;
   options.keep_logits = !args.dump_logits.empty();
-  const GenerateResult result = generate_greedy(model, prompt, options);
+  result = generate_greedy(model, prompt, options);
+  }
 
   fmt::print("prompt ids: {}\n", fmt::join(prompt, " "));
   fmt::print("generated ids: {}\n", fmt::join(result.generated, " "));

@@ -26,6 +26,8 @@ int main(int argc, char** argv) {
   kvcheck::cli::add_eval(app, eval_args);
   kvcheck::cli::BenchArgs bench_args;
   kvcheck::cli::add_bench(app, bench_args);
+  kvcheck::cli::VerifyArgs verify_args;
+  kvcheck::cli::add_verify(app, verify_args);
 
   try {
     app.parse(argc, argv);
@@ -39,6 +41,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("make-model")) return kvcheck::cli::run_make_model(make_model_args);
     if (app.got_subcommand("eval")) return kvcheck::cli::run_eval(eval_args);
     if (app.got_subcommand("bench")) return kvcheck::cli::run_bench(bench_args);
+    if (app.got_subcommand("verify")) return kvcheck::cli::run_verify(verify_args);
   } catch (const kvcheck::InputError& e) {
     fmt::print(stderr, "kvcheck: error: {}\n", e.what());
     return 2;

@@ -74,6 +74,10 @@ class PagePool {
 
   bool live(PageId id, std::int64_t slot) const;
   std::int64_t live_count(PageId id) const;
+  // The page's live-slot bitset for kernels: bit s % 64 of word s / 64 is slot s.
+  std::span<const std::uint64_t> live_mask(PageId id) const {
+    return {mask(id), words_};
+  }
   // The lowest dead slot, or -1 when every slot is live.
   std::int64_t first_dead_slot(PageId id) const;
   // Marks a slot live and writes its position and score (its codes: store_codes).

@@ -1,0 +1,231 @@
+// kvcheck verify: the reference and the optimized engine side by side on the same prompts.
+//
+// For each prompt, the reference produces a continuation (its own greedy tokens, or with
+// --feed text the held-out text that follows the prompt) and the logits of every position. The
+// engine prefills the prompt and is then fed the same continuation one decode step at a time,
+// so its logits line up position by position even after the two would have diverged:
+//   - logits NMSE per position (the max is reported), KL(P_ref || P_engine) mean / p99 / max and
+//     top-1 agreement over the decode positions (the ones that read the compressed cache);
+//   - greedy match: at every decode position the engine's argmax equals the reference's, i.e.
+//     the engine's own greedy run would have produced the reference's tokens; the first
+//     position where it would not is the first divergence.
+#include <algorithm>
+#include <filesystem>
+#include <optional>
+#include <numeric>
+#include <random>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/json_file.h"
+#include "oracles/accuracy_metrics.h"
+#include "oracles/eval_data.h"
+#include "oracles/metrics.h"
+#include "optimized/engine.h"
+#include "reference/errors.h"
+#include "reference/generate.h"
+#include "reference/model.h"
+#include "reference/tokenizer.h"
+
+namespace kvcheck::cli {
+
+void add_verify(CLI::App& app, VerifyArgs& args) {
+  CLI::App* cmd = app.add_subcommand(
+      "verify", "Run the reference and the optimized engine side by side: NMSE, KL, top-1, greedy match");
+  cmd->add_option("--model", args.model, "Model directory; default: the embedded model <datasets>/models/kvcheck-tiny");
+  cmd->add_option("--device", args.device, "Engine backend: cpu or cuda")->capture_default_str();
+  cmd->add_option("--policy", args.policy,
+                  fmt::format("KV policy of the engine: {}", fmt::join(policy_names(), ", ")))
+      ->capture_default_str();
+  cmd->add_option("--prompts", args.prompts, "Number of prompts")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--prompt-tokens", args.prompt_tokens, "Tokens per prompt")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-new-tokens", args.max_new_tokens, "Decode steps per prompt")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--feed", args.feed, "greedy: the reference's greedy tokens; text: the held-out text's own tokens")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"greedy", "text"}));
+  cmd->add_option("--kv-pages", args.kv_pages, "Pages in the engine's KV pool (0: automatic)")->capture_default_str();
+  cmd->add_option("--page-bytes", args.page_bytes, "Bytes per KV page")->capture_default_str();
+  cmd->add_option("--threads", args.threads, "Engine CPU threads (0: every core)")->capture_default_str();
+  cmd->add_option("--seed", args.seed, "Seed of the random-id prompts used when the model has no tokenizer.model")
+      ->capture_default_str();
+  cmd->add_option("--json", args.json, "Write the summary and per-prompt results as JSON");
+}
+
+namespace {
+
+struct Prompt {
+  std::string source;                 // "heldout <id> @ token N" or "random"
+  std::vector<std::int32_t> tokens;   // prompt + continuation (text feed), or the prompt only
+};
+
+// Prompts cut from the held-out documents (with the tokenizer), or seeded random ids.
+std::vector<Prompt> make_prompts(const VerifyArgs& args, const std::filesystem::path& dir, const ModelConfig& c,
+                                 std::string& origin) {
+  const std::int64_t want = args.prompt_tokens + (args.feed == "text" ? args.max_new_tokens : 0);
+  if (want > c.max_position_embeddings) {
+    throw input_error("--prompt-tokens", "value", "{} prompt tokens{} exceed max_position_embeddings {} of the model",
+                      args.prompt_tokens, args.feed == "text" ? " plus the fed text" : "", c.max_position_embeddings);
+  }
+  std::vector<Prompt> prompts;
+  const std::filesystem::path tok = dir / "tokenizer.model";
+  if (std::filesystem::exists(tok)) {
+    const Tokenizer tokenizer = Tokenizer::load(tok);
+    const std::filesystem::path heldout = datasets_dir() / "eval" / "heldout.jsonl";
+    origin = heldout.string();
+    std::vector<std::vector<std::int32_t>> docs;
+    std::vector<std::string> ids;
+    for (const HeldoutDocument& d : load_heldout(heldout)) {
+      docs.push_back(tokenizer.encode(d.text, true));
+      ids.push_back(d.id);
+    }
+    // Round-robin over the documents, window after window, so prompts come from every document.
+    for (std::int64_t window = 0; static_cast<std::int64_t>(prompts.size()) < args.prompts; ++window) {
+      bool any = false;
+      for (std::size_t d = 0; d < docs.size() && static_cast<std::int64_t>(prompts.size()) < args.prompts; ++d) {
+        const std::int64_t start = window * want;
+        if (start + want > static_cast<std::int64_t>(docs[d].size())) continue;
+        any = true;
+        std::vector<std::int32_t> t(docs[d].begin() + start, docs[d].begin() + start + want);
+        if (start > 0 && tokenizer.bos_id() >= 0) t[0] = tokenizer.bos_id();  // every prompt starts with <s>
+        prompts.push_back({fmt::format("heldout {} @ token {}", ids[d], start), std::move(t)});
+      }
+      if (!any) {
+        throw input_error(heldout.string(), "documents", "hold only {} windows of {} tokens; ask for fewer --prompts",
+                          prompts.size(), want);
+      }
+    }
+  } else {
+    origin = fmt::format("random ids, seed {} (no {})", args.seed, tok.string());
+    std::mt19937_64 rng(args.seed);
+    std::uniform_int_distribution<std::int32_t> id(0, static_cast<std::int32_t>(c.vocab_size - 1));
+    for (std::int64_t p = 0; p < args.prompts; ++p) {
+      Prompt pr{"random", {}};
+      for (std::int64_t t = 0; t < want; ++t) pr.tokens.push_back(id(rng));
+      prompts.push_back(std::move(pr));
+    }
+  }
+  return prompts;
+}
+
+}  // namespace
+
+int run_verify(const VerifyArgs& args) {
+  const std::filesystem::path dir =
+      args.model.empty() ? datasets_dir() / "models" / "kvcheck-tiny" : std::filesystem::path(args.model);
+  const ReferenceModel model = ReferenceModel::load(dir);
+  const ModelConfig& c = model.config();
+  EngineOptions eo;
+  eo.device = args.device;
+  eo.policy = args.policy;
+  eo.pages = args.kv_pages;
+  eo.page_bytes = args.page_bytes;
+  eo.threads = args.threads;
+  eo.batch_hint = 1;
+  std::unique_ptr<Engine> engine = make_engine(model, eo);
+  std::string origin;
+  const std::vector<Prompt> prompts = make_prompts(args, dir, c, origin);
+  const auto V = static_cast<std::size_t>(c.vocab_size);
+
+  std::vector<double> kls, nmses;
+  double prefill_nmse_max = 0.0;
+  std::int64_t same_top = 0, positions = 0, greedy_matches = 0;
+  nlohmann::json per_prompt = nlohmann::json::array();
+  for (std::size_t p = 0; p < prompts.size(); ++p) {
+    const std::span<const std::int32_t> all(prompts[p].tokens);
+    const std::span<const std::int32_t> prompt = all.first(static_cast<std::size_t>(args.prompt_tokens));
+    // Reference: the continuation and the logits of every position.
+    std::vector<std::int32_t> continuation;
+    MatrixRM ref_logits;
+    if (args.feed == "text") {
+      continuation.assign(all.begin() + args.prompt_tokens, all.end());
+      ref_logits = model.forward(all);
+    } else {
+      GenerateOptions go;
+      go.max_new_tokens = args.max_new_tokens;
+      go.stop_at_eos = false;
+      go.keep_logits = true;
+      GenerateResult g = generate_greedy(model, prompt, go);
+      continuation = g.generated;
+      ref_logits = g.logits;
+    }
+    EngineGenerateOptions eg;
+    eg.max_new_tokens = static_cast<std::int64_t>(continuation.size());
+    eg.stop_at_eos = false;
+    eg.keep_logits = true;
+    eg.forced = continuation;
+    const EngineGenerateResult er = engine_generate(*engine, static_cast<std::int64_t>(p), prompt, eg);
+    const std::int64_t P = args.prompt_tokens;
+    const std::int64_t rows = std::min<std::int64_t>(ref_logits.rows(), static_cast<std::int64_t>(er.logits.size() / V));
+    auto ref_row = [&](std::int64_t r) {
+      return std::span<const float>(ref_logits.data() + r * static_cast<std::int64_t>(V), V);
+    };
+    auto eng_row = [&](std::int64_t r) { return std::span<const float>(er.logits.data() + r * static_cast<std::int64_t>(V), V); };
+    double prompt_nmse = 0.0, decode_nmse = 0.0;
+    for (std::int64_t r = 0; r < P - 1 && r < rows; ++r) prompt_nmse = std::max(prompt_nmse, nmse(eng_row(r), ref_row(r)));
+    prefill_nmse_max = std::max(prefill_nmse_max, prompt_nmse);
+    // Decode positions: row P-1 predicts the first continuation token (its logits come from the
+    // prefill), rows P .. read the cache.
+    std::int64_t first_divergence = -1;
+    for (std::int64_t r = P - 1; r < rows; ++r) {
+      const PositionComparison cmp = compare_position(ref_row(r), eng_row(r));
+      const double e = nmse(eng_row(r), ref_row(r));
+      decode_nmse = std::max(decode_nmse, e);
+      nmses.push_back(e);
+      kls.push_back(cmp.kl);
+      same_top += cmp.same_top ? 1 : 0;
+      ++positions;
+      if (!cmp.same_top && first_divergence < 0) first_divergence = r - (P - 1);
+    }
+    if (first_divergence < 0) ++greedy_matches;
+    per_prompt.push_back({{"source", prompts[p].source},
+                          {"prompt_tokens", P},
+                          {"decode_positions", rows - (P - 1)},
+                          {"logits_nmse_max", decode_nmse},
+                          {"prefill_logits_nmse_max", prompt_nmse},
+                          {"first_divergence", first_divergence}});
+    fmt::print("prompt {:>3}: nmse max {:.3e}, first divergence {}  ({})\n", p, decode_nmse,
+               first_divergence < 0 ? std::string("none") : std::to_string(first_divergence), prompts[p].source);
+  }
+  std::vector<double> sorted = kls;
+  std::sort(sorted.begin(), sorted.end());
+  const double kl_mean = kls.empty() ? 0.0 : std::accumulate(kls.begin(), kls.end(), 0.0) / static_cast<double>(kls.size());
+  const double nmse_max = nmses.empty() ? 0.0 : *std::max_element(nmses.begin(), nmses.end());
+  const double top1 = positions == 0 ? 1.0 : static_cast<double>(same_top) / static_cast<double>(positions);
+  const double greedy = static_cast<double>(greedy_matches) / static_cast<double>(prompts.size());
+  fmt::print("verify: {} prompts x {} tokens ({}), feed {}, policy {}, device {}\n", prompts.size(), args.prompt_tokens,
+             origin, args.feed, args.policy, args.device);
+  fmt::print("  greedy match fraction {:.4f}\n  logits nmse max {:.3e} (prefill rows {:.3e})\n", greedy, nmse_max,
+             prefill_nmse_max);
+  fmt::print("  KL mean {:.3e}, p99 {:.3e}, max {:.3e}\n  top-1 agreement {:.4f} over {} positions\n", kl_mean,
+             sorted.empty() ? 0.0 : percentile_sorted(sorted, 99.0), sorted.empty() ? 0.0 : sorted.back(), top1,
+             positions);
+  if (!args.json.empty()) {
+    nlohmann::json j = {{"model", dir.string()},
+                        {"policy", args.policy},
+                        {"device", args.device},
+                        {"feed", args.feed},
+                        {"prompt_source", origin},
+                        {"prompts", prompts.size()},
+                        {"prompt_tokens", args.prompt_tokens},
+                        {"max_new_tokens", args.max_new_tokens},
+                        {"positions", positions},
+                        {"greedy_match_fraction", greedy},
+                        {"logits_nmse_max", nmse_max},
+                        {"prefill_logits_nmse_max", prefill_nmse_max},
+                        {"kl_mean", kl_mean},
+                        {"kl_p99", sorted.empty() ? 0.0 : percentile_sorted(sorted, 99.0)},
+                        {"kl_max", sorted.empty() ? 0.0 : sorted.back()},
+                        {"top1_agreement", top1},
+                        {"per_prompt", per_prompt}};
+    write_json_atomically(args.json, j, "--json");
+  }
+  return 0;
+}
+
+}  // namespace kvcheck::cli

@@ -1,0 +1,412 @@
+// Paged decode attention over unified pages, CPU twin. Three walks over the slots of one head:
+//   1. keys:   logits of every live slot for every query head of the group (scratch [group][slots])
+//   2. values: weights w = exp(l - max) in place, out_g += w_g v̂ (each value row decoded once for
+//              the whole group), Σ w per head
+//   3. normalise: out_g /= Σ w, probs = w / Σ w
+// Dead slots are skipped by their live bit before any byte of them is read: they hold NaN poison.
+#include "kernels/cpu/paged_attention.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "kernels/cpu/page_codes.h"
+#include "kernels/quant_math.h"
+#include "reference/errors.h"
+
+namespace kvcheck {
+namespace {
+
+using quant::f16_to_float;
+
+constexpr const char* kWhere = "decode attention";
+// Per-token INT metadata of one slot: fp16 scale, then fp16 zero (kv_bytes.h's (scale, zero) pair).
+constexpr std::int64_t kTokenMetaBytes = 4;
+constexpr std::int64_t kMaskBits = 64;
+
+bool is_page_int_bits(int bits) { return bits == 8 || bits == 4 || bits == 2; }
+
+// The formats a unified page holds and this kernel reads: per-token metadata only (the page pool
+// moves slots byte for byte), and no FP8 (its scale is per page).
+bool readable_in_pages(const KvFormat& f) {
+  switch (f.dtype) {
+    case KvDType::kFp32:
+    case KvDType::kFp16: return true;
+    case KvDType::kInt: return f.spec.granularity == Granularity::kPerToken && is_page_int_bits(f.spec.bits);
+    case KvDType::kFp8E4M3: return false;
+  }
+  return false;
+}
+
+void check_page_format(const KvFormat& f, const std::string& where, const char* field) {
+  if (!readable_in_pages(f)) {
+    throw input_error(where, field, "{} is not a format the decode kernel reads from pages (fp32, fp16, "
+                      "per-token int8 / int4 / int2)", kv_format_name(f));
+  }
+}
+
+bool same_tiling(const CodeTiling& a, const CodeTiling& b) {
+  return a.unit_bytes == b.unit_bytes && a.row_units == b.row_units && a.vec == b.vec && a.group == b.group;
+}
+
+std::int64_t row_bytes(const CodeTiling& t) { return t.row_units * t.unit_bytes; }
+std::int64_t meta_bytes(const KvFormat& f) { return f.dtype == KvDType::kInt ? kTokenMetaBytes : 0; }
+
+// A TierRead made for another head_dim (or by hand, inconsistently) would read the wrong bytes
+// silently: its tilings and segment sizes must be the ones this head_dim gives.
+void check_tier(const TierRead& t, std::size_t index, std::int64_t head_dim) {
+  const std::string where = fmt::format("{}: tiers[{}] ({})", kWhere, index, kv_tier_name(t.tier));
+  check_page_format(t.tier.key, where, "key format");
+  check_page_format(t.tier.value, where, "value format");
+  if (!same_tiling(t.key_tiling, key_code_tiling(t.tier.key, head_dim)) ||
+      !same_tiling(t.value_tiling, value_code_tiling(t.tier.value, head_dim))) {
+    throw input_error(where, "tilings", "are not the key / value code tilings of head_dim {}", head_dim);
+  }
+  const PageLayout& l = t.layout;
+  if (l.tokens <= 0 || l.tokens % t.value_tiling.vec != 0 || l.key_codes.bytes != l.tokens * row_bytes(t.key_tiling) ||
+      l.value_codes.bytes != l.tokens * row_bytes(t.value_tiling) ||
+      l.key_meta.bytes != l.tokens * meta_bytes(t.tier.key) || l.value_meta.bytes != l.tokens * meta_bytes(t.tier.value)) {
+    throw input_error(where, "layout", "is not a page layout of this tier at head_dim {} ({} tokens)", head_dim,
+                      l.tokens);
+  }
+}
+
+std::int64_t page_tokens(const DecodeHeadInput& in, std::size_t page) {
+  const int tier = in.pages[page].tier;
+  if (tier < 0 || static_cast<std::size_t>(tier) >= in.tiers.size()) {
+    throw input_error(kWhere, fmt::format("pages[{}].tier", page), "{} is not one of the {} tiers", tier,
+                      in.tiers.size());
+  }
+  return in.tiers[static_cast<std::size_t>(tier)].layout.tokens;
+}
+
+bool slot_live(std::span<const std::uint64_t> live, std::int64_t slot) {
+  return ((live[static_cast<std::size_t>(slot / kMaskBits)] >> (slot % kMaskBits)) & 1U) != 0;
+}
+
+std::int64_t live_slots(std::span<const std::uint64_t> live, std::int64_t tokens) {
+  std::int64_t n = 0;
+  for (std::int64_t s = 0; s < tokens; ++s) n += slot_live(live, s) ? 1 : 0;
+  return n;
+}
+
+// Validates every size and index the walks rely on; returns decode_slots(in).
+std::int64_t validate(const DecodeHeadInput& in, const DecodeHeadOutput& out) {
+  const std::int64_t d = in.head_dim;
+  if (d <= 0) throw input_error(kWhere, "head_dim", "must be positive, got {}", d);
+  if (in.group < 1) throw input_error(kWhere, "group", "must be at least 1, got {}", in.group);
+  if (!(in.scale > 0.0f) || !std::isfinite(in.scale)) {
+    throw input_error(kWhere, "scale", "must be positive and finite, got {}", in.scale);
+  }
+  if (in.q.size() != static_cast<std::size_t>(in.group * d)) {
+    throw input_error(kWhere, "q", "{} floats for group {} x head_dim {}", in.q.size(), in.group, d);
+  }
+  if (in.residual_tokens < 0) throw input_error(kWhere, "residual_tokens", "must be >= 0, got {}", in.residual_tokens);
+  const auto residual_values = static_cast<std::size_t>(in.residual_tokens * d);
+  if (in.residual_keys.size() != residual_values) {
+    throw input_error(kWhere, "residual_keys", "{} fp16 values for {} tokens x head_dim {}", in.residual_keys.size(),
+                      in.residual_tokens, d);
+  }
+  if (in.residual_values.size() != residual_values) {
+    throw input_error(kWhere, "residual_values", "{} fp16 values for {} tokens x head_dim {}",
+                      in.residual_values.size(), in.residual_tokens, d);
+  }
+  for (std::size_t t = 0; t < in.tiers.size(); ++t) check_tier(in.tiers[t], t, d);
+  std::int64_t live = in.residual_tokens;
+  for (std::size_t p = 0; p < in.pages.size(); ++p) {
+    const std::int64_t tokens = page_tokens(in, p);
+    const PageRead& page = in.pages[p];
+    if (page.bytes == nullptr) throw input_error(kWhere, fmt::format("pages[{}].bytes", p), "is null");
+    if (static_cast<std::int64_t>(page.live.size()) * kMaskBits < tokens) {
+      throw input_error(kWhere, fmt::format("pages[{}].live", p), "{} words cannot mark {} slots", page.live.size(),
+                        tokens);
+    }
+    live += live_slots(page.live, tokens);
+  }
+  if (live == 0) {
+    throw input_error(kWhere, "no live token", "{} page(s) with every slot dead and no residual token",
+                      in.pages.size());
+  }
+  if (out.out.size() != static_cast<std::size_t>(in.group * d)) {
+    throw input_error(kWhere, "out", "{} floats for group {} x head_dim {}", out.out.size(), in.group, d);
+  }
+  const std::int64_t slots = decode_slots(in);
+  if (!out.probs.empty() && out.probs.size() != static_cast<std::size_t>(in.group * slots)) {
+    throw input_error(kWhere, "probs", "{} floats for group {} x {} slots (or empty)", out.probs.size(), in.group,
+                      slots);
+  }
+  return slots;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading one slot's rows out of the tiled code segments (kv_bytes.h, CodeTiling).
+
+// Keys [row_units / (vec*group)][tokens][group][vec]: each chunk of vec*group units of a row is
+// contiguous, and chunk c + 1 of a slot sits `tokens` chunks after chunk c: one copy per chunk.
+void gather_key_row(const std::uint8_t* segment, const CodeTiling& t, std::int64_t tokens, std::int64_t slot,
+                    std::uint8_t* row) {
+  const std::int64_t chunk = t.vec * t.group * t.unit_bytes, bytes = row_bytes(t);
+  const std::uint8_t* src = segment + key_code_offset(t, tokens, slot, 0);
+  for (std::int64_t b = 0; b < bytes; b += chunk, src += tokens * chunk) {
+    std::memcpy(row + b, src, static_cast<std::size_t>(chunk));
+  }
+}
+
+// Values [row_units / group][tokens / vec][group][vec]: within a group of units, consecutive
+// units of one slot are vec units apart (the vec slots of a token vector sit between them), and
+// the next group of units starts tokens * group units further on.
+template <typename Unit>
+void gather_value_units(const std::uint8_t* segment, const CodeTiling& t, std::int64_t tokens, std::int64_t slot,
+                        std::uint8_t* row) {
+  constexpr auto ub = static_cast<std::int64_t>(sizeof(Unit));
+  // Locals, not t's fields: stores through row (bytes) could alias them and force reloads.
+  const std::int64_t vec = t.vec, group = t.group, bytes = row_bytes(t);
+  const std::uint8_t* src = segment + value_code_offset(t, tokens, slot, 0);
+  for (std::int64_t b = 0; b < bytes; b += group * ub, src += tokens * group * ub) {
+    for (std::int64_t u = 0; u < group; ++u) std::memcpy(row + b + u * ub, src + u * vec * ub, sizeof(Unit));
+  }
+}
+
+void gather_value_row(const std::uint8_t* segment, const CodeTiling& t, std::int64_t tokens, std::int64_t slot,
+                      std::uint8_t* row) {
+  switch (t.unit_bytes) {
+    case 1: gather_value_units<std::uint8_t>(segment, t, tokens, slot, row); return;
+    case 2: gather_value_units<std::uint16_t>(segment, t, tokens, slot, row); return;
+    default: gather_value_units<std::uint32_t>(segment, t, tokens, slot, row); return;
+  }
+}
+
+// quant::f16_to_float with a bit mask in place of its branch (the same two formulas, so the same
+// bits for every input): the loops below vectorise, which a per-element branch prevents.
+inline float f16_to_float_select(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000U) << 16;
+  const std::uint32_t em = h & 0x7FFFU;
+  const std::uint32_t finite = std::bit_cast<std::uint32_t>(std::bit_cast<float>(em << 13) * 0x1.0p112f);
+  const std::uint32_t special = 0x7F800000U | ((em & 0x03FFU) << 13);  // inf, NaN
+  const std::uint32_t is_special = 0U - static_cast<std::uint32_t>(em >= 0x7C00U);  // all ones or zero
+  return std::bit_cast<float>(sign | (special & is_special) | (finite & ~is_special));
+}
+
+void decode_f16_row(const std::uint16_t* row, std::int64_t d, float* x) {
+  for (std::int64_t c = 0; c < d; ++c) x[c] = f16_to_float_select(row[c]);
+}
+
+// Codes 0 .. 2^b - 1 as floats (exact), unpacked little end first (kernels/cpu/bitpack.h).
+template <int kBits>
+void unpack_codes_as_floats(const std::uint8_t* row, std::int64_t d, float* x) {
+  constexpr int kPerByte = 8 / kBits;
+  constexpr unsigned kMask = (1U << kBits) - 1U;
+  for (std::int64_t b = 0; b < d / kPerByte; ++b) {
+    const unsigned byte = row[b];
+    for (int k = 0; k < kPerByte; ++k) x[b * kPerByte + k] = static_cast<float>((byte >> (k * kBits)) & kMask);
+  }
+}
+
+// A row's elements as floats: the fp32 / fp16 values, or for INT the codes themselves.
+void decode_row(const KvFormat& f, const std::uint8_t* row, std::int64_t d, float* x) {
+  switch (f.dtype) {
+    case KvDType::kFp32:
+      std::memcpy(x, row, static_cast<std::size_t>(d) * sizeof(float));
+      return;
+    case KvDType::kFp16:
+      for (std::int64_t c = 0; c < d; ++c) {
+        std::uint16_t h;
+        std::memcpy(&h, row + 2 * c, sizeof h);  // a plain load once compiled; no aliasing question
+        x[c] = f16_to_float_select(h);
+      }
+      return;
+    case KvDType::kInt:
+      switch (f.spec.bits) {
+        case 8: unpack_codes_as_floats<8>(row, d, x); return;
+        case 4: unpack_codes_as_floats<4>(row, d, x); return;
+        default: unpack_codes_as_floats<2>(row, d, x); return;
+      }
+    case KvDType::kFp8E4M3: break;  // rejected by validate()
+  }
+}
+
+struct TokenMeta {
+  float scale = 1.0f;
+  float zero = 0.0f;
+};
+
+TokenMeta read_meta(const std::uint8_t* page, const PageSegment& segment, std::int64_t slot) {
+  std::uint16_t pair[2];
+  std::memcpy(pair, page + segment.offset + slot * kTokenMetaBytes, sizeof pair);
+  return {f16_to_float(pair[0]), f16_to_float(pair[1])};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Float arithmetic of the walks.
+
+// Eight independent partial sums: the compiler can keep them in one vector register without
+// reassociating anything (-ffp-contract=off, no fast-math), and the result is deterministic.
+float dot(const float* a, const float* b, std::int64_t n) {
+  float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  std::int64_t c = 0;
+  for (; c + 8 <= n; c += 8) {
+    for (int l = 0; l < 8; ++l) lane[l] += a[c + l] * b[c + l];
+  }
+  float tail = 0.0f;
+  for (; c < n; ++c) tail += a[c] * b[c];
+  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7])) + tail;
+}
+
+void axpy(float w, const float* x, float* y, std::int64_t n) {
+  for (std::int64_t c = 0; c < n; ++c) y[c] += w * x[c];
+}
+
+// Per-call scratch, allocated once: no allocation per slot.
+struct Scratch {
+  std::vector<float> logits;  // [group][slots]: logits, then weights exp(l - max); 0 at dead slots
+  std::vector<float> x;       // [head_dim]: the decoded row of the slot at hand
+  std::vector<float> q_sums;  // [group]: Σ_c q_gc, the zero's coefficient in the fused INT dot
+  std::vector<float> maxima;  // [group]
+  std::vector<float> sums;    // [group]: Σ weights
+  std::vector<std::uint8_t> row;  // the widest code row of any tier (or fp16 residual row)
+};
+
+Scratch make_scratch(const DecodeHeadInput& in, std::int64_t slots) {
+  const auto g = static_cast<std::size_t>(in.group);
+  const auto d = static_cast<std::size_t>(in.head_dim);
+  Scratch s;
+  s.logits.assign(g * static_cast<std::size_t>(slots), 0.0f);
+  s.x.assign(d, 0.0f);
+  s.q_sums.assign(g, 0.0f);
+  s.maxima.assign(g, -std::numeric_limits<float>::infinity());
+  s.sums.assign(g, 0.0f);
+  std::int64_t widest = 0;
+  for (const TierRead& t : in.tiers) widest = std::max({widest, row_bytes(t.key_tiling), row_bytes(t.value_tiling)});
+  s.row.assign(static_cast<std::size_t>(widest), 0);
+  for (std::size_t k = 0; k < g; ++k) {
+    for (std::size_t c = 0; c < d; ++c) s.q_sums[k] += in.q[k * d + c];
+  }
+  return s;
+}
+
+// Walk 1 for one slot whose decoded key (or INT codes) is in s.x: logits of every query head.
+void slot_logits(const DecodeHeadInput& in, Scratch& s, std::int64_t slots, std::int64_t j, bool quantized,
+                 const TokenMeta& meta) {
+  const std::int64_t d = in.head_dim;
+  for (std::int64_t g = 0; g < in.group; ++g) {
+    const float qk = dot(in.q.data() + g * d, s.x.data(), d);
+    // Fused dequantize-dot: Σ q_c (s code_c + z) = s Σ q_c code_c + z Σ q_c.
+    const float raw = quantized ? meta.scale * qk + meta.zero * s.q_sums[static_cast<std::size_t>(g)] : qk;
+    const float logit = raw * in.scale;
+    s.logits[static_cast<std::size_t>(g * slots + j)] = logit;
+    float& m = s.maxima[static_cast<std::size_t>(g)];
+    if (logit > m) m = logit;
+  }
+}
+
+// Walk 2 for one slot whose decoded value is in s.x: weights and accumulation.
+void slot_accumulate(const DecodeHeadInput& in, Scratch& s, std::int64_t slots, std::int64_t j, float* out) {
+  const std::int64_t d = in.head_dim;
+  for (std::int64_t g = 0; g < in.group; ++g) {
+    float& l = s.logits[static_cast<std::size_t>(g * slots + j)];
+    l = std::exp(l - s.maxima[static_cast<std::size_t>(g)]);
+    s.sums[static_cast<std::size_t>(g)] += l;
+    axpy(l, s.x.data(), out + g * d, d);
+  }
+}
+
+void dead_slot(const DecodeHeadInput& in, Scratch& s, std::int64_t slots, std::int64_t j) {
+  for (std::int64_t g = 0; g < in.group; ++g) s.logits[static_cast<std::size_t>(g * slots + j)] = 0.0f;
+}
+
+void key_walk(const DecodeHeadInput& in, Scratch& s, std::int64_t slots) {
+  std::int64_t j = 0;  // walk-order index of the page's slot 0
+  for (const PageRead& page : in.pages) {
+    const TierRead& t = in.tiers[static_cast<std::size_t>(page.tier)];
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(page.bytes);
+    const bool quantized = t.tier.key.dtype == KvDType::kInt;
+    const std::int64_t n = t.layout.tokens;
+    for (std::int64_t slot = 0; slot < n; ++slot) {
+      if (!slot_live(page.live, slot)) continue;  // poison: never read
+      gather_key_row(bytes + t.layout.key_codes.offset, t.key_tiling, n, slot, s.row.data());
+      decode_row(t.tier.key, s.row.data(), in.head_dim, s.x.data());
+      const TokenMeta meta = quantized ? read_meta(bytes, t.layout.key_meta, slot) : TokenMeta{};
+      slot_logits(in, s, slots, j + slot, quantized, meta);
+    }
+    j += n;
+  }
+  for (std::int64_t r = 0; r < in.residual_tokens; ++r) {
+    decode_f16_row(in.residual_keys.data() + r * in.head_dim, in.head_dim, s.x.data());
+    slot_logits(in, s, slots, j + r, false, TokenMeta{});
+  }
+}
+
+void value_walk(const DecodeHeadInput& in, Scratch& s, std::int64_t slots, float* out) {
+  std::int64_t j = 0;
+  for (const PageRead& page : in.pages) {
+    const TierRead& t = in.tiers[static_cast<std::size_t>(page.tier)];
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(page.bytes);
+    const bool quantized = t.tier.value.dtype == KvDType::kInt;
+    const std::int64_t n = t.layout.tokens;
+    for (std::int64_t slot = 0; slot < n; ++slot) {
+      if (!slot_live(page.live, slot)) {
+        dead_slot(in, s, slots, j + slot);
+        continue;
+      }
+      gather_value_row(bytes + t.layout.value_codes.offset, t.value_tiling, n, slot, s.row.data());
+      decode_row(t.tier.value, s.row.data(), in.head_dim, s.x.data());
+      if (quantized) {
+        // v̂ = fl(code * s + z): quantize.h's dequantize, value for value.
+        const TokenMeta meta = read_meta(bytes, t.layout.value_meta, slot);
+        for (float& v : s.x) v = quant::dequantize_value(static_cast<std::uint32_t>(v), meta.scale, meta.zero);
+      }
+      slot_accumulate(in, s, slots, j + slot, out);
+    }
+    j += n;
+  }
+  for (std::int64_t r = 0; r < in.residual_tokens; ++r) {
+    decode_f16_row(in.residual_values.data() + r * in.head_dim, in.head_dim, s.x.data());
+    slot_accumulate(in, s, slots, j + r, out);
+  }
+}
+
+}  // namespace
+
+TierRead make_tier_read(const KvTier& tier, std::int64_t head_dim, std::int64_t page_bytes) {
+  const std::string where = fmt::format("{}: tier {}", kWhere, kv_tier_name(tier));
+  check_page_format(tier.key, where, "key format");
+  check_page_format(tier.value, where, "value format");
+  TierRead t;
+  t.tier = tier;
+  t.layout = page_layout(tier, head_dim, page_bytes);
+  t.key_tiling = key_code_tiling(tier.key, head_dim);
+  t.value_tiling = value_code_tiling(tier.value, head_dim);
+  return t;
+}
+
+std::int64_t decode_slots(const DecodeHeadInput& in) {
+  std::int64_t slots = in.residual_tokens;
+  for (std::size_t p = 0; p < in.pages.size(); ++p) slots += page_tokens(in, p);
+  return slots;
+}
+
+void paged_decode_attention(const DecodeHeadInput& in, const DecodeHeadOutput& out) {
+  const std::int64_t slots = validate(in, out);
+  Scratch s = make_scratch(in, slots);
+  key_walk(in, s, slots);
+  std::fill(out.out.begin(), out.out.end(), 0.0f);
+  value_walk(in, s, slots, out.out.data());
+  const std::int64_t d = in.head_dim;
+  for (std::int64_t g = 0; g < in.group; ++g) {
+    const float sum = s.sums[static_cast<std::size_t>(g)];  // >= 1: the maximum's own weight is 1
+    for (std::int64_t c = 0; c < d; ++c) out.out[static_cast<std::size_t>(g * d + c)] /= sum;
+    if (out.probs.empty()) continue;
+    for (std::int64_t j = 0; j < slots; ++j) {
+      const auto at = static_cast<std::size_t>(g * slots + j);
+      out.probs[at] = s.logits[at] / sum;
+    }
+  }
+}
+
+}  // namespace kvcheck

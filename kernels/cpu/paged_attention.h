@@ -1,0 +1,70 @@
+// Paged decode attention over unified pages, CPU twin (DESIGN.md, "Unified pages"; LeanKV
+// section 5): one request, one kv head, the GQA group of query heads that share it. The kernel
+// reads the bytes optimized/page_pool.h writes, through the same offsets (kernels/cpu/page_codes.h),
+// so pages are interchangeable between the engine's backends.
+//
+// A page of tier t holds tiers[t].layout.tokens slots in the six segments of kv_bytes.h:
+//   key codes    tiled rows (key_code_offset): fp32 / fp16 elements, or packed per-token INT codes
+//   key meta     [tokens][2] fp16 bits: the slot's (scale, zero), host byte order (per-token INT only)
+//   value codes  tiled rows (value_code_offset)
+//   value meta   [tokens][2] fp16 bits (per-token INT only)
+//   scores, positions: not read here
+// Dead slots (live bit clear) hold 0xFF poison (NaN as fp16 / fp32 and as INT metadata): the
+// kernel skips them without reading a byte of them, so a poisoned dead slot can never leak a NaN.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "kernels/cpu/kv_bytes.h"
+
+namespace kvcheck {
+
+// What the kernel needs to read one tier's pages: its formats, segment layout and code tilings.
+struct TierRead {
+  KvTier tier;
+  PageLayout layout;                 // page_layout(tier, head_dim, page_bytes)
+  CodeTiling key_tiling, value_tiling;  // key_code_tiling / value_code_tiling at head_dim
+};
+// InputError when a format is not one a page holds (fp32, fp16, per-token INT 8/4/2) or the tier
+// fits no token in page_bytes.
+TierRead make_tier_read(const KvTier& tier, std::int64_t head_dim, std::int64_t page_bytes);
+
+struct PageRead {
+  const std::byte* bytes = nullptr;                 // the page's page_bytes bytes
+  std::span<const std::uint64_t> live;              // live-slot bitset (bit s%64 of word s/64)
+  int tier = 0;                                     // index into DecodeHeadInput::tiers
+};
+
+struct DecodeHeadInput {
+  std::int64_t head_dim = 0;
+  std::int64_t group = 1;                           // query heads sharing this kv head (GQA)
+  float scale = 0.0f;                               // usually 1/sqrt(head_dim)
+  std::span<const TierRead> tiers;
+  std::span<const PageRead> pages;                  // walk order: high-precision pages, then low
+  std::int64_t residual_tokens = 0;                 // fp16 tokens after the pages (KIVI residual)
+  std::span<const std::uint16_t> residual_keys;     // [residual_tokens][head_dim] fp16 bits
+  std::span<const std::uint16_t> residual_values;   // [residual_tokens][head_dim] fp16 bits
+  std::span<const float> q;                         // [group][head_dim], post-RoPE
+};
+
+// slots = sum over pages of tiers[page.tier].layout.tokens, plus residual_tokens.
+// (InputError when a page names a tier that does not exist.)
+std::int64_t decode_slots(const DecodeHeadInput& in);
+
+struct DecodeHeadOutput {
+  std::span<float> out;                             // [group][head_dim]
+  std::span<float> probs = {};                      // empty, or [group][decode_slots(in)] in walk
+                                                    // order (page i's slots, then residual); 0 for dead slots
+};
+
+// For each query head g: logits l_j = scale * q_g · k̂_j over every live slot and residual token
+// (per-token INT keys as the fused s·Σ q_c code_c + z·Σ q_c, never materialising k̂), softmax with
+// the maximum subtracted, out_g = Σ_j p_j v̂_j (v̂_j = fl(code·s + z) for INT values, exactly
+// kernels/cpu/quantize.h's dequantize). Float accumulation; the oracle is
+// oracles/retained_attention.h (double, over the dequantized live tokens).
+// InputError (naming the field) for bad sizes, an unsupported format, or no live token at all.
+void paged_decode_attention(const DecodeHeadInput& in, const DecodeHeadOutput& out);
+
+}  // namespace kvcheck

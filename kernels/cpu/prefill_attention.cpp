@@ -1,0 +1,233 @@
+// Tiled causal prefill attention with column sums, CPU twin. Each worker thread takes a
+// contiguous range of query heads and allocates its scratch once: the score tile, the running
+// max and sum of the query tile, and (pass two only) the lse of every row of the head.
+#include "kernels/cpu/prefill_attention.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/cpu/parallel_for.h"
+#include "reference/errors.h"
+
+namespace kvcheck {
+namespace {
+
+constexpr const char* kWhere = "prefill attention";
+
+std::size_t floats(std::int64_t n) { return static_cast<std::size_t>(n); }
+
+void check_span(std::size_t size, std::int64_t want, const char* field, const char* shape) {
+  if (size != floats(want)) throw input_error(kWhere, field, "{} floats, {} needs {}", size, shape, want);
+}
+
+void validate_input(const PrefillAttentionInput& in) {
+  if (in.tokens <= 0) throw input_error(kWhere, "tokens", "must be positive, got {}", in.tokens);
+  if (in.n_heads <= 0 || in.n_kv_heads <= 0 || in.n_heads % in.n_kv_heads != 0) {
+    throw input_error(kWhere, "n_heads / n_kv_heads", "{} query heads cannot share {} kv heads evenly", in.n_heads,
+                      in.n_kv_heads);
+  }
+  if (in.head_dim <= 0) throw input_error(kWhere, "head_dim", "must be positive, got {}", in.head_dim);
+  if (!(in.scale > 0.0f) || !std::isfinite(in.scale)) {
+    throw input_error(kWhere, "scale", "must be positive and finite, got {}", in.scale);
+  }
+  if (in.tile <= 0) throw input_error(kWhere, "tile", "must be positive, got {}", in.tile);
+  if (in.window < 0) throw input_error(kWhere, "window", "must be >= 0, got {}", in.window);
+  if (in.threads < 1) throw input_error(kWhere, "threads", "must be at least 1, got {}", in.threads);
+}
+
+void validate(const PrefillAttentionInput& in, const PrefillAttentionOutput& out) {
+  validate_input(in);
+  const std::int64_t q_width = in.n_heads * in.head_dim, kv_width = in.n_kv_heads * in.head_dim;
+  check_span(in.q.size(), in.tokens * q_width, "q", "[tokens][n_heads * head_dim]");
+  check_span(in.k.size(), in.tokens * kv_width, "k", "[tokens][n_kv_heads * head_dim]");
+  check_span(in.v.size(), in.tokens * kv_width, "v", "[tokens][n_kv_heads * head_dim]");
+  check_span(out.out.size(), in.tokens * q_width, "out", "[tokens][n_heads * head_dim]");
+  if (!out.column_sums.empty()) {
+    check_span(out.column_sums.size(), in.n_heads * in.tokens, "column_sums", "empty or [n_heads][tokens]");
+  }
+  if (!out.window_sums.empty()) {
+    check_span(out.window_sums.size(), in.n_heads * in.tokens, "window_sums", "empty or [n_heads][tokens]");
+  }
+}
+
+// One worker per thread, each with a contiguous range of heads; never more workers than heads.
+std::int64_t worker_count(const PrefillAttentionInput& in) { return std::min<std::int64_t>(in.threads, in.n_heads); }
+// A tile larger than the sequence would only waste scratch.
+std::int64_t tile_of(const PrefillAttentionInput& in) { return std::min(in.tile, in.tokens); }
+
+std::int64_t scratch_floats_per_worker(const PrefillAttentionInput& in, bool pass_two) {
+  const std::int64_t t = tile_of(in);
+  return t * t + 2 * t + (pass_two ? in.tokens : 0);
+}
+
+// Float arithmetic: eight independent partial sums (vectorisable without reassociation).
+float dot(const float* a, const float* b, std::int64_t n) {
+  float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  std::int64_t c = 0;
+  for (; c + 8 <= n; c += 8) {
+    for (int l = 0; l < 8; ++l) lane[l] += a[c + l] * b[c + l];
+  }
+  float tail = 0.0f;
+  for (; c < n; ++c) tail += a[c] * b[c];
+  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7])) + tail;
+}
+
+void axpy(float w, const float* x, float* y, std::int64_t n) {
+  for (std::int64_t c = 0; c < n; ++c) y[c] += w * x[c];
+}
+
+void scale_row(float w, float* y, std::int64_t n) {
+  for (std::int64_t c = 0; c < n; ++c) y[c] *= w;
+}
+
+// The head's view of the inputs: row pointers of query head h and its kv head.
+struct HeadView {
+  const float* q;  // row i at q + i * q_stride
+  const float* k;  // row j at k + j * kv_stride
+  const float* v;
+  float* out;      // row i at out + i * q_stride
+  std::int64_t q_stride, kv_stride, d, tokens, tile;
+  float scale;
+};
+
+HeadView head_view(const PrefillAttentionInput& in, const PrefillAttentionOutput& out, std::int64_t h) {
+  const std::int64_t d = in.head_dim;
+  const std::int64_t kv = h / (in.n_heads / in.n_kv_heads);
+  return {in.q.data() + h * d, in.k.data() + kv * d, in.v.data() + kv * d, out.out.data() + h * d,
+          in.n_heads * d, in.n_kv_heads * d, d, in.tokens, tile_of(in), in.scale};
+}
+
+// One worker's scratch, one allocation for all of it.
+struct Scratch {
+  std::vector<float> buffer;
+  float* scores = nullptr;  // [tile][tile]: scale * q_i · k_j of the tile pair at hand
+  float* m = nullptr;       // [tile]: running max of the query tile's rows
+  float* l = nullptr;       // [tile]: running sum of exp(s - m)
+  float* lse = nullptr;     // [tokens] (pass two only): m_i + log l_i of every row of the head
+};
+
+Scratch make_scratch(const PrefillAttentionInput& in, bool pass_two) {
+  Scratch s;
+  const std::int64_t t = tile_of(in);
+  s.buffer.assign(floats(scratch_floats_per_worker(in, pass_two)), 0.0f);
+  s.scores = s.buffer.data();
+  s.m = s.scores + t * t;
+  s.l = s.m + t;
+  s.lse = pass_two ? s.l + t : nullptr;
+  return s;
+}
+
+// Scores of query rows [i0, i0 + nq) against key rows [j0, j0 + nk), causal pairs only (j <= i);
+// row r of the tile at scores + r * tile.
+void score_tile(const HeadView& hv, std::int64_t i0, std::int64_t nq, std::int64_t j0, std::int64_t nk,
+                float* scores) {
+  for (std::int64_t r = 0; r < nq; ++r) {
+    const std::int64_t i = i0 + r;
+    const float* q = hv.q + i * hv.q_stride;
+    const std::int64_t visible = std::min(nk, i - j0 + 1);  // keys j0 .. i of this tile
+    for (std::int64_t c = 0; c < visible; ++c) {
+      scores[r * hv.tile + c] = hv.scale * dot(q, hv.k + (j0 + c) * hv.kv_stride, hv.d);
+    }
+  }
+}
+
+// Pass one for one query tile: online softmax over the key tiles up to the diagonal.
+void attend_query_tile(const HeadView& hv, std::int64_t i0, Scratch& s) {
+  const std::int64_t nq = std::min(hv.tile, hv.tokens - i0);
+  const std::int64_t i_end = i0 + nq;
+  for (std::int64_t r = 0; r < nq; ++r) {
+    s.m[r] = -std::numeric_limits<float>::infinity();
+    s.l[r] = 0.0f;
+    std::fill_n(hv.out + (i0 + r) * hv.q_stride, hv.d, 0.0f);
+  }
+  for (std::int64_t j0 = 0; j0 < i_end; j0 += hv.tile) {
+    const std::int64_t nk = std::min(hv.tile, i_end - j0);
+    score_tile(hv, i0, nq, j0, nk, s.scores);
+    for (std::int64_t r = 0; r < nq; ++r) {
+      const std::int64_t visible = std::min(nk, i0 + r - j0 + 1);
+      if (visible <= 0) continue;  // a row above the tile's diagonal sees none of its keys
+      const float* row = s.scores + r * hv.tile;
+      float m_new = s.m[r];
+      for (std::int64_t c = 0; c < visible; ++c) m_new = std::max(m_new, row[c]);
+      float* acc = hv.out + (i0 + r) * hv.q_stride;
+      // Rescale what the earlier tiles accumulated to the new maximum (exp(-inf) = 0 at first).
+      const float correction = std::exp(s.m[r] - m_new);
+      if (correction != 1.0f) {
+        scale_row(correction, acc, hv.d);
+        s.l[r] *= correction;
+      }
+      for (std::int64_t c = 0; c < visible; ++c) {
+        const float p = std::exp(row[c] - m_new);
+        s.l[r] += p;
+        axpy(p, hv.v + (j0 + c) * hv.kv_stride, acc, hv.d);
+      }
+      s.m[r] = m_new;
+    }
+  }
+  for (std::int64_t r = 0; r < nq; ++r) {
+    scale_row(1.0f / s.l[r], hv.out + (i0 + r) * hv.q_stride, hv.d);
+    if (s.lse != nullptr) s.lse[i0 + r] = s.m[r] + std::log(s.l[r]);
+  }
+}
+
+// Pass two for one query tile: p(i, j) = exp(s_ij - lse_i) into the column (and window) sums.
+void sum_query_tile(const HeadView& hv, std::int64_t i0, std::int64_t first_window_query, Scratch& s, float* columns,
+                    float* window) {
+  const std::int64_t nq = std::min(hv.tile, hv.tokens - i0);
+  const std::int64_t i_end = i0 + nq;
+  for (std::int64_t j0 = 0; j0 < i_end; j0 += hv.tile) {
+    const std::int64_t nk = std::min(hv.tile, i_end - j0);
+    score_tile(hv, i0, nq, j0, nk, s.scores);
+    for (std::int64_t r = 0; r < nq; ++r) {
+      const std::int64_t i = i0 + r;
+      const std::int64_t visible = std::min(nk, i - j0 + 1);
+      const float* row = s.scores + r * hv.tile;
+      const bool in_window = window != nullptr && i >= first_window_query;
+      for (std::int64_t c = 0; c < visible; ++c) {
+        const float p = std::exp(row[c] - s.lse[i]);
+        if (columns != nullptr) columns[j0 + c] += p;
+        if (in_window) window[j0 + c] += p;
+      }
+    }
+  }
+}
+
+void attend_head(const PrefillAttentionInput& in, const PrefillAttentionOutput& out, std::int64_t h, Scratch& s) {
+  const HeadView hv = head_view(in, out, h);
+  for (std::int64_t i0 = 0; i0 < in.tokens; i0 += hv.tile) attend_query_tile(hv, i0, s);
+  if (s.lse == nullptr) return;
+  float* columns = out.column_sums.empty() ? nullptr : out.column_sums.data() + h * in.tokens;
+  float* window = out.window_sums.empty() ? nullptr : out.window_sums.data() + h * in.tokens;
+  if (columns != nullptr) std::fill_n(columns, in.tokens, 0.0f);
+  if (window != nullptr) std::fill_n(window, in.tokens, 0.0f);
+  const std::int64_t first_window_query = in.tokens - std::min(in.window, in.tokens);
+  for (std::int64_t i0 = 0; i0 < in.tokens; i0 += hv.tile) {
+    sum_query_tile(hv, i0, first_window_query, s, columns, window);
+  }
+}
+
+}  // namespace
+
+std::int64_t prefill_attention_scratch_bytes(const PrefillAttentionInput& in, bool column_sums) {
+  validate_input(in);
+  return worker_count(in) * scratch_floats_per_worker(in, column_sums) * static_cast<std::int64_t>(sizeof(float));
+}
+
+void prefill_attention(const PrefillAttentionInput& in, const PrefillAttentionOutput& out) {
+  validate(in, out);
+  const bool pass_two = !out.column_sums.empty() || !out.window_sums.empty();
+  const std::int64_t workers = worker_count(in);
+  std::atomic<std::int64_t> allocated{0};
+  parallel_for(workers, static_cast<int>(workers), 2, [&](std::int64_t w) {
+    Scratch s = make_scratch(in, pass_two);
+    allocated += static_cast<std::int64_t>(s.buffer.capacity() * sizeof(float));
+    const std::int64_t h_begin = w * in.n_heads / workers, h_end = (w + 1) * in.n_heads / workers;
+    for (std::int64_t h = h_begin; h < h_end; ++h) attend_head(in, out, h, s);
+  });
+  if (out.scratch_bytes != nullptr) *out.scratch_bytes = allocated.load();
+}
+
+}  // namespace kvcheck

@@ -1,0 +1,46 @@
+// Tiled causal prefill attention with column attention sums, CPU twin (MiniKV's two-pass
+// selective attention; DESIGN.md, "Layout", kernels/).
+//
+// Pass one is flash attention: per query tile, the key tiles up to the diagonal, an online
+// softmax (running max m_i, running sum l_i, the output row as accumulator, rescaled when the max
+// grows); it leaves each row's log-sum-exp lse_i = m_i + log l_i. Pass two (only when column or
+// window sums are asked for) recomputes QKᵀ tile by tile and adds p(i, j) = exp(s_ij - lse_i)
+// into the column sums: the scores a policy (SnapKV, H2O, MiniKV) ranks tokens by, without ever
+// holding a tokens x tokens matrix. Scratch per worker thread is tile² + 2 tile floats, plus
+// tokens floats for the lse when pass two runs: linear in tokens.
+//
+// The oracle is reference/attention.h attention_ref (double) and, for the sums,
+// oracles/retained_attention.h prefill_column_sums_ref.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace kvcheck {
+
+struct PrefillAttentionInput {
+  std::int64_t tokens = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  float scale = 0.0f;                        // usually 1/sqrt(head_dim)
+  std::span<const float> q;                  // [tokens][n_heads * head_dim], post-RoPE, positions 0..tokens-1
+  std::span<const float> k, v;               // [tokens][n_kv_heads * head_dim]
+  std::int64_t tile = 64;                    // query and key tile size
+  std::int64_t window = 0;                   // observation window: the last `window` queries (0: none)
+  int threads = 1;                           // heads split over this many threads (kernels/cpu/parallel_for.h)
+};
+
+struct PrefillAttentionOutput {
+  std::span<float> out;                      // [tokens][n_heads * head_dim]
+  std::span<float> column_sums = {};         // empty or [n_heads][tokens]: Σ_i p(i, j) over all queries i
+  std::span<float> window_sums = {};         // empty or [n_heads][tokens]: Σ over the last min(window, tokens) queries
+  std::int64_t* scratch_bytes = nullptr;     // when set: receives the bytes of scratch this call allocated
+};
+
+// GQA: query head h reads kv head h / (n_heads / n_kv_heads). Key j is visible to query i iff
+// j <= i. Float accumulation. InputError (naming the field) for bad shapes or span sizes.
+void prefill_attention(const PrefillAttentionInput& in, const PrefillAttentionOutput& out);
+
+// Bytes of scratch memory prefill_attention allocates for these inputs (exact): column_sums says
+// whether pass two runs (column or window sums asked for).
+std::int64_t prefill_attention_scratch_bytes(const PrefillAttentionInput& in, bool column_sums);
+
+}  // namespace kvcheck

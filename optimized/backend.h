@@ -1,0 +1,50 @@
+// The numeric operations the model runner needs, behind one interface so that the CPU backend
+// (optimized/cpu_backend.h: Eigen and the kernels/cpu twins) and the CUDA backend (its own issue)
+// plug into the same runner. Buffers are host float spans, row-major.
+//
+// Batch invariance is part of the contract: `linear` computes every row with the same
+// instructions whatever the row count and whatever the other rows hold, so a request's tokens do
+// not depend on which requests share its decode step. `linear_prefill` (one request's prompt)
+// may use a blocked GEMM whose rounding depends on the row count; the runner only calls it on a
+// request's whole prompt, which is the same in every run.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "kernels/cpu/paged_attention.h"
+#include "kernels/cpu/prefill_attention.h"
+#include "optimized/engine_weights.h"
+
+namespace kvcheck {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual int threads() const = 0;
+
+  // y[r] = W x[r] (+ bias) for `rows` rows; batch-invariant (see above).
+  virtual void linear(const DenseWeight& w, std::span<const float> x, std::int64_t rows, std::span<float> y) = 0;
+  // The same result shape as linear, for the rows of one prompt, as one GEMM.
+  virtual void linear_prefill(const DenseWeight& w, std::span<const float> x, std::int64_t rows,
+                              std::span<float> y) = 0;
+  // out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight, per row.
+  virtual void rmsnorm(std::span<const float> x, std::int64_t rows, std::span<const float> weight, double eps,
+                       std::span<float> out) = 0;
+  // Rotates every head of every row in place (rotate-half pairing) at positions[r], with the
+  // cos/sin tables of EngineWeights.
+  virtual void rope(std::span<float> x, std::int64_t rows, std::int64_t heads, std::int64_t head_dim,
+                    std::span<const std::int32_t> positions, std::span<const float> cos_table,
+                    std::span<const float> sin_table) = 0;
+  // gate[i] = silu(gate[i]) * up[i], in place.
+  virtual void swiglu(std::span<float> gate, std::span<const float> up) = 0;
+  // Causal attention over one prompt, with optional column sums (kernels/cpu/prefill_attention.h).
+  virtual void prefill_attention(const PrefillAttentionInput& in, const PrefillAttentionOutput& out) = 0;
+  // Decode attention for a batch of (request, kv-head) pairs over their pages
+  // (kernels/cpu/paged_attention.h); the pairs are independent.
+  virtual void decode_attention(std::span<const DecodeHeadInput> in, std::span<const DecodeHeadOutput> out) = 0;
+};
+
+}  // namespace kvcheck

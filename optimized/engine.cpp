@@ -1,0 +1,94 @@
+#include "optimized/engine.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "optimized/cpu_backend.h"
+#include "reference/errors.h"
+
+namespace kvcheck {
+
+std::unique_ptr<Engine> make_engine(const ReferenceModel& model, const EngineOptions& options) {
+  if (options.device == "cuda") {
+    throw InputError("--device cuda: the CUDA backend of the optimized engine is not built yet; use --device cpu");
+  }
+  if (options.device != "cpu") throw InputError(fmt::format("--device '{}': expected cpu or cuda", options.device));
+  auto e = std::make_unique<Engine>();
+  e->policy = make_policy(options.policy);
+  e->weights = load_engine_weights(model);
+  e->backend = std::make_unique<CpuBackend>(options.threads);
+  PagedKvCacheConfig cache;
+  cache.page_bytes = options.page_bytes;
+  cache.poison = options.poison;
+  cache.pages = options.pages;
+  if (cache.pages <= 0) {
+    // Pages for batch_hint requests at full context, within the memory budget.
+    const ModelConfig& c = model.config();
+    const std::int64_t tpp = tokens_per_page(e->policy->tiers()[0], c.head_dim, options.page_bytes);
+    const std::int64_t per_request = ((c.max_position_embeddings + tpp - 1) / tpp + 1) * c.num_hidden_layers *
+                                     c.num_key_value_heads;
+    cache.pages = std::max<std::int64_t>(1, std::min(per_request * options.batch_hint,
+                                                     options.memory_budget / options.page_bytes));
+  }
+  e->cache = std::make_unique<PagedKvCache>(model.config(), *e->policy, cache);
+  e->runner = std::make_unique<ModelRunner>(e->weights, *e->backend, *e->cache);
+  return e;
+}
+
+EngineGenerateResult engine_generate(Engine& engine, std::int64_t request, std::span<const std::int32_t> prompt,
+                                     const EngineGenerateOptions& options) {
+  const ModelConfig& c = engine.weights.config;
+  const auto V = static_cast<std::size_t>(c.vocab_size);
+  EngineGenerateResult r;
+  auto argmax = [&](std::span<const float> row, std::int64_t position) {
+    std::int32_t best = 0;
+    for (std::size_t i = 0; i < row.size(); ++i) {
+      if (std::isnan(row[i])) {
+        throw InputError(fmt::format("request {}: logit {} at position {} is NaN", request, i, position));
+      }
+      if (row[i] > row[static_cast<std::size_t>(best)]) best = static_cast<std::int32_t>(i);
+    }
+    return best;
+  };
+  const auto stop_reason = [&]() -> const char* {
+    if (options.stop_at_eos && !r.generated.empty() &&
+        std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), r.generated.back()) != c.eos_token_ids.end()) {
+      return "eos";
+    }
+    if (static_cast<std::int64_t>(r.generated.size()) >= options.max_new_tokens) return "max_new_tokens";
+    if (static_cast<std::int64_t>(prompt.size() + r.generated.size()) >= c.max_position_embeddings) {
+      return "max_position_embeddings";
+    }
+    return nullptr;
+  };
+  try {
+    std::vector<float> last;
+    const char* reason = stop_reason();
+    if (reason == nullptr || options.keep_logits) {
+      last = engine.runner->prefill(request, prompt, options.keep_logits ? &r.logits : nullptr);
+    }
+    while (reason == nullptr) {
+      const std::int64_t position = static_cast<std::int64_t>(prompt.size() + r.generated.size());
+      const std::int32_t greedy = argmax(last, position - 1);
+      const std::size_t step = r.generated.size();
+      const std::int32_t next = step < options.forced.size() ? options.forced[step] : greedy;
+      r.greedy.push_back(greedy);
+      r.generated.push_back(next);
+      reason = stop_reason();
+      if (reason != nullptr && !options.keep_logits) break;
+      const std::int64_t ids[1] = {request};
+      const std::int32_t pos = static_cast<std::int32_t>(position);
+      last = engine.runner->decode(ids, {&next, 1}, {&pos, 1});
+      if (options.keep_logits) r.logits.insert(r.logits.end(), last.begin(), last.begin() + static_cast<std::ptrdiff_t>(V));
+    }
+    r.stop_reason = reason;
+  } catch (...) {
+    engine.cache->release(request);
+    throw;
+  }
+  engine.cache->release(request);
+  return r;
+}
+
+}  // namespace kvcheck

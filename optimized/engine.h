@@ -1,0 +1,63 @@
+// One optimized engine, assembled: float weights, a backend, a paged KV cache in a policy's
+// formats, the model runner over them, and greedy generation without the scheduler (for
+// `kvcheck generate` and `kvcheck verify`, which run one request at a time).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "optimized/backend.h"
+#include "optimized/engine_weights.h"
+#include "optimized/kv_policy.h"
+#include "optimized/model_runner.h"
+#include "optimized/paged_kv_cache.h"
+#include "reference/model.h"
+
+namespace kvcheck {
+
+struct EngineOptions {
+  std::string device = "cpu";        // "cpu"; "cuda" when the CUDA backend exists
+  std::string policy = "full-fp32";
+  std::int64_t pages = 0;            // 0: room for `batch_hint` requests at full context, within memory_budget
+  std::int64_t page_bytes = 16 * 1024;
+  std::int64_t batch_hint = 32;
+  std::int64_t memory_budget = std::int64_t{1} << 30;  // bytes of pages when pages is 0
+  int threads = 0;                   // 0: every core
+  bool poison = false;
+};
+
+struct Engine {
+  EngineWeights weights;
+  std::unique_ptr<KvPolicy> policy;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<PagedKvCache> cache;
+  std::unique_ptr<ModelRunner> runner;
+};
+
+// InputError for an unknown device or policy, or a config the engine does not run.
+std::unique_ptr<Engine> make_engine(const ReferenceModel& model, const EngineOptions& options);
+
+struct EngineGenerateOptions {
+  std::int64_t max_new_tokens = 16;
+  bool stop_at_eos = true;
+  bool keep_logits = false;                      // every row, as reference/generate.h's GenerateResult
+  std::span<const std::int32_t> forced;          // teacher forcing: feed these instead of the argmax
+};
+
+struct EngineGenerateResult {
+  std::vector<std::int32_t> generated;  // the tokens fed after the prompt (forced or greedy)
+  std::vector<std::int32_t> greedy;     // the engine's argmax at each of those steps
+  std::vector<float> logits;            // keep_logits: [prompt + generated][vocab], as the reference's
+  std::string stop_reason;
+};
+
+// Greedy decoding of one request (id `request`) with the reference's stop rules (EOS, then
+// max_new_tokens, then max_position_embeddings). The request's pages are freed at the end.
+EngineGenerateResult engine_generate(Engine& engine, std::int64_t request, std::span<const std::int32_t> prompt,
+                                     const EngineGenerateOptions& options);
+
+}  // namespace kvcheck

@@ -1,0 +1,189 @@
+#include "optimized/model_runner.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "reference/errors.h"
+
+namespace kvcheck {
+namespace {
+
+void add_into(std::vector<float>& x, const std::vector<float>& y) {
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] += y[i];
+}
+
+}  // namespace
+
+ModelRunner::ModelRunner(const EngineWeights& weights, Backend& backend, PagedKvCache& cache)
+    : weights_(weights), backend_(backend), cache_(cache) {}
+
+void ModelRunner::check_tokens(std::int64_t request, std::span<const std::int32_t> tokens, std::int64_t pos0) const {
+  const ModelConfig& c = weights_.config;
+  if (tokens.empty()) throw InputError(fmt::format("request {}: empty prompt", request));
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= c.vocab_size) {
+      throw InputError(fmt::format("request {}: token {} at position {} is outside the vocabulary [0, {})", request,
+                                   tokens[i], pos0 + static_cast<std::int64_t>(i), c.vocab_size));
+    }
+  }
+  if (pos0 + static_cast<std::int64_t>(tokens.size()) > c.max_position_embeddings) {
+    throw InputError(fmt::format("request {}: {} tokens from position {} exceed max_position_embeddings {}", request,
+                                 tokens.size(), pos0, c.max_position_embeddings));
+  }
+}
+
+void ModelRunner::mlp(const EngineLayer& layer, std::vector<float>& x, std::int64_t rows, bool prefill) {
+  const ModelConfig& c = weights_.config;
+  auto linear = [&](const DenseWeight& w, const std::vector<float>& in, std::vector<float>& out) {
+    out.resize(static_cast<std::size_t>(rows * w.out()));
+    if (prefill) {
+      backend_.linear_prefill(w, in, rows, out);
+    } else {
+      backend_.linear(w, in, rows, out);
+    }
+  };
+  std::vector<float> n(x.size());
+  backend_.rmsnorm(x, rows, layer.post_norm, c.rms_norm_eps, n);
+  std::vector<float> gate, up, down;
+  linear(layer.gate, n, gate);
+  linear(layer.up, n, up);
+  backend_.swiglu(gate, up);
+  linear(layer.down, gate, down);
+  add_into(x, down);
+}
+
+std::vector<float> ModelRunner::prefill(std::int64_t request, std::span<const std::int32_t> tokens,
+                                        std::vector<float>* all_logits) {
+  check_tokens(request, tokens, 0);
+  const ModelConfig& c = weights_.config;
+  const std::int64_t T = static_cast<std::int64_t>(tokens.size());
+  const std::int64_t H = c.hidden_size;
+  cache_.reserve_prompt(request, T);  // PoolExhausted here, before any compute
+  try {
+    std::vector<std::int32_t> positions(static_cast<std::size_t>(T));
+    for (std::int64_t t = 0; t < T; ++t) positions[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(t);
+    std::vector<float> x(static_cast<std::size_t>(T * H));
+    for (std::int64_t t = 0; t < T; ++t) {
+      const auto row = weights_.embedding.row(tokens[static_cast<std::size_t>(t)]);
+      std::copy(row.data(), row.data() + H, x.data() + t * H);
+    }
+    std::vector<float> n(x.size()), q, k, v, attn(static_cast<std::size_t>(T * c.q_dim())), o;
+    for (std::int32_t l = 0; l < c.num_hidden_layers; ++l) {
+      const EngineLayer& layer = weights_.layers[static_cast<std::size_t>(l)];
+      backend_.rmsnorm(x, T, layer.input_norm, c.rms_norm_eps, n);
+      q.resize(static_cast<std::size_t>(T * c.q_dim()));
+      k.resize(static_cast<std::size_t>(T * c.kv_dim()));
+      v.resize(k.size());
+      backend_.linear_prefill(layer.q, n, T, q);
+      backend_.linear_prefill(layer.k, n, T, k);
+      backend_.linear_prefill(layer.v, n, T, v);
+      backend_.rope(q, T, c.num_attention_heads, c.head_dim, positions, weights_.rope_cos, weights_.rope_sin);
+      backend_.rope(k, T, c.num_key_value_heads, c.head_dim, positions, weights_.rope_cos, weights_.rope_sin);
+      cache_.write_prompt_layer(request, l, T, k, v);
+      PrefillAttentionInput in;
+      in.tokens = T;
+      in.n_heads = c.num_attention_heads;
+      in.n_kv_heads = c.num_key_value_heads;
+      in.head_dim = c.head_dim;
+      in.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+      in.q = q;
+      in.k = k;
+      in.v = v;
+      PrefillAttentionOutput out;
+      out.out = attn;
+      backend_.prefill_attention(in, out);
+      o.resize(x.size());
+      backend_.linear_prefill(layer.o, attn, T, o);
+      add_into(x, o);
+      mlp(layer, x, T, true);
+    }
+    // Only the rows whose logits are wanted go through the final norm and the head.
+    const std::int64_t first = all_logits ? 0 : T - 1;
+    const std::int64_t rows = T - first;
+    std::vector<float> last(x.begin() + first * H, x.end());
+    std::vector<float> nl(last.size());
+    backend_.rmsnorm(last, rows, weights_.final_norm, c.rms_norm_eps, nl);
+    std::vector<float> logits(static_cast<std::size_t>(rows * c.vocab_size));
+    // Per-row (batch-invariant) head: a row's logits do not depend on how many rows are wanted.
+    backend_.linear(weights_.lm_head, nl, rows, logits);
+    if (all_logits) {
+      *all_logits = logits;
+      return std::vector<float>(logits.end() - c.vocab_size, logits.end());
+    }
+    return logits;
+  } catch (...) {
+    cache_.release(request);
+    throw;
+  }
+}
+
+std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, std::span<const std::int32_t> tokens,
+                                       std::span<const std::int32_t> positions) {
+  const ModelConfig& c = weights_.config;
+  const std::int64_t B = static_cast<std::int64_t>(requests.size());
+  if (static_cast<std::int64_t>(tokens.size()) != B || static_cast<std::int64_t>(positions.size()) != B) {
+    throw std::invalid_argument("model runner: decode needs one token and one position per request");
+  }
+  for (std::int64_t b = 0; b < B; ++b) {
+    check_tokens(requests[static_cast<std::size_t>(b)], tokens.subspan(static_cast<std::size_t>(b), 1),
+                 positions[static_cast<std::size_t>(b)]);
+  }
+  cache_.reserve(requests, positions);  // PoolExhausted here, before any compute
+  const std::int64_t H = c.hidden_size;
+  const std::int64_t d = c.head_dim;
+  const std::int64_t group = c.group_size();
+  const std::int64_t kvh = c.num_key_value_heads;
+  std::vector<float> x(static_cast<std::size_t>(B * H));
+  for (std::int64_t b = 0; b < B; ++b) {
+    const auto row = weights_.embedding.row(tokens[static_cast<std::size_t>(b)]);
+    std::copy(row.data(), row.data() + H, x.data() + b * H);
+  }
+  std::vector<float> n(x.size()), q(static_cast<std::size_t>(B * c.q_dim())), k(static_cast<std::size_t>(B * c.kv_dim())),
+      v(k.size()), attn(q.size()), o(x.size());
+  std::vector<std::vector<PageRead>> pages(static_cast<std::size_t>(B * kvh));
+  std::vector<DecodeHeadInput> heads(static_cast<std::size_t>(B * kvh));
+  std::vector<DecodeHeadOutput> outs(heads.size());
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  for (std::int32_t l = 0; l < c.num_hidden_layers; ++l) {
+    const EngineLayer& layer = weights_.layers[static_cast<std::size_t>(l)];
+    backend_.rmsnorm(x, B, layer.input_norm, c.rms_norm_eps, n);
+    backend_.linear(layer.q, n, B, q);
+    backend_.linear(layer.k, n, B, k);
+    backend_.linear(layer.v, n, B, v);
+    backend_.rope(q, B, c.num_attention_heads, d, positions, weights_.rope_cos, weights_.rope_sin);
+    backend_.rope(k, B, kvh, d, positions, weights_.rope_cos, weights_.rope_sin);
+    for (std::int64_t b = 0; b < B; ++b) {
+      const std::size_t row = static_cast<std::size_t>(b * c.kv_dim());
+      cache_.write_token(requests[static_cast<std::size_t>(b)], l, positions[static_cast<std::size_t>(b)],
+                         std::span<const float>(k).subspan(row, static_cast<std::size_t>(c.kv_dim())),
+                         std::span<const float>(v).subspan(row, static_cast<std::size_t>(c.kv_dim())));
+    }
+    for (std::int64_t b = 0; b < B; ++b) {
+      for (std::int32_t h = 0; h < kvh; ++h) {
+        const std::size_t i = static_cast<std::size_t>(b * kvh + h);
+        cache_.head_pages(requests[static_cast<std::size_t>(b)], l, h, pages[i]);
+        DecodeHeadInput& in = heads[i];
+        in.head_dim = d;
+        in.group = group;
+        in.scale = scale;
+        in.tiers = cache_.tiers();
+        in.pages = pages[i];
+        // Query heads h*group .. (h+1)*group - 1 are contiguous in the row.
+        const std::size_t qa = static_cast<std::size_t>(b * c.q_dim() + h * group * d);
+        in.q = std::span<const float>(q).subspan(qa, static_cast<std::size_t>(group * d));
+        outs[i].out = std::span<float>(attn).subspan(qa, static_cast<std::size_t>(group * d));
+      }
+    }
+    backend_.decode_attention(heads, outs);
+    backend_.linear(layer.o, attn, B, o);
+    add_into(x, o);
+    mlp(layer, x, B, false);
+  }
+  backend_.rmsnorm(x, B, weights_.final_norm, c.rms_norm_eps, n);
+  std::vector<float> logits(static_cast<std::size_t>(B * c.vocab_size));
+  backend_.linear(weights_.lm_head, n, B, logits);
+  return logits;
+}
+
+}  // namespace kvcheck

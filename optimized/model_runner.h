@@ -1,0 +1,59 @@
+// The model runner: the Llama forward pass of the optimized engine over paged, compressed KV,
+// driven through a Backend (DESIGN.md, "Data flow").
+//
+//   prefill   one request's prompt at positions 0 .. T-1: projections as one GEMM per weight,
+//             tiled causal attention over the prompt's own (uncompressed) keys and values, then
+//             the keys and values stored in the request's pages in the policy's format;
+//   decode    one token for each request of a batch at its next position: its key and value go
+//             into a reserved slot of every head first, then paged attention reads every kept
+//             token (this one included) through the stored format.
+//
+// A request's rows never mix with another's: decode projections are batch-invariant (Backend::
+// linear) and attention runs per (request, kv-head), so a request's logits are bit-identical
+// whatever else is in the batch. Preemption by recompute relies on that and replays a request
+// the way it first ran (prefill of the prompt, then one decode step per generated token).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "optimized/backend.h"
+#include "optimized/engine_weights.h"
+#include "optimized/paged_kv_cache.h"
+
+namespace kvcheck {
+
+class ModelRunner {
+ public:
+  // The runner keeps references: weights, backend and cache must outlive it.
+  ModelRunner(const EngineWeights& weights, Backend& backend, PagedKvCache& cache);
+
+  const EngineWeights& weights() const { return weights_; }
+  PagedKvCache& cache() { return cache_; }
+
+  // Prefills `request` (which must not be in the cache) with `tokens` at positions 0 .. T-1 and
+  // returns the logits of the last position [vocab]; all_logits, if given, receives every
+  // position's [T][vocab]. InputError for an empty prompt, an id out of range or a prompt longer
+  // than max_position_embeddings (naming the request); PoolExhausted, before any compute, when
+  // the prompt's pages do not fit (the request is then not in the cache).
+  std::vector<float> prefill(std::int64_t request, std::span<const std::int32_t> tokens,
+                             std::vector<float>* all_logits = nullptr);
+
+  // One decode step: tokens[i] of requests[i] at positions[i] (each request's next position).
+  // Returns logits [batch][vocab]. PoolExhausted, before any compute and with nothing reserved,
+  // when a head needs a page the pool does not have.
+  std::vector<float> decode(std::span<const std::int64_t> requests, std::span<const std::int32_t> tokens,
+                            std::span<const std::int32_t> positions);
+
+ private:
+  void check_tokens(std::int64_t request, std::span<const std::int32_t> tokens, std::int64_t pos0) const;
+  // x += o_proj(attention) and x += down(swiglu(gate, up)) for one layer of a decode batch.
+  void mlp(const EngineLayer& layer, std::vector<float>& x, std::int64_t rows, bool prefill);
+
+  const EngineWeights& weights_;
+  Backend& backend_;
+  PagedKvCache& cache_;
+};
+
+}  // namespace kvcheck

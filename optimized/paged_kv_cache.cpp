@@ -1,0 +1,252 @@
+#include "optimized/paged_kv_cache.h"
+
+#include <cmath>
+#include <cstring>
+#include <fmt/format.h>
+
+#include "kernels/cpu/quantize.h"
+#include "kernels/quant_math.h"
+#include "reference/errors.h"
+
+namespace kvcheck {
+namespace {
+
+PageManagerConfig manager_config(const ModelConfig& model, const std::vector<KvTier>& tiers,
+                                 const PagedKvCacheConfig& c) {
+  PageManagerConfig m;
+  m.pool.pages = c.pages;
+  m.pool.page_bytes = c.page_bytes;
+  m.pool.head_dim = model.head_dim;
+  m.pool.tiers = tiers;
+  m.pool.poison = c.poison;
+  m.layers = model.num_hidden_layers;
+  m.kv_heads = model.num_key_value_heads;
+  m.max_seq_len = model.max_position_embeddings;
+  return m;
+}
+
+// One row in a stored format: code bytes (and, for INT, the fp16 scale and zero as metadata).
+void encode_row(const KvFormat& format, std::span<const float> row, const KvLocation& at,
+                std::vector<std::uint8_t>& codes, std::vector<std::uint8_t>& meta) {
+  switch (format.dtype) {
+    case KvDType::kFp32:
+      std::memcpy(codes.data(), row.data(), row.size() * sizeof(float));
+      return;
+    case KvDType::kFp16:
+      for (std::size_t i = 0; i < row.size(); ++i) {
+        const std::uint16_t h = quant::f16_from_float(row[i]);
+        std::memcpy(codes.data() + 2 * i, &h, 2);
+      }
+      return;
+    case KvDType::kInt: {
+      std::uint16_t scale = 0;
+      std::uint16_t zero = 0;
+      quantize(format.spec, row, 1, static_cast<std::int64_t>(row.size()), at, codes, {&scale, 1}, {&zero, 1});
+      std::memcpy(meta.data(), &scale, 2);
+      std::memcpy(meta.data() + 2, &zero, 2);
+      return;
+    }
+    case KvDType::kFp8E4M3:
+      break;
+  }
+  throw InputError("paged KV cache: " + kv_format_name(format) + " is not a per-token page format");
+}
+
+}  // namespace
+
+namespace {
+// The page manager always has a high and a low tier; a one-tier policy uses its tier for both
+// (the low side of every table then stays empty).
+std::vector<KvTier> two_tiers(std::vector<KvTier> tiers) {
+  if (tiers.size() == 1) tiers.push_back(tiers[0]);
+  return tiers;
+}
+}  // namespace
+
+PagedKvCache::PagedKvCache(const ModelConfig& model, const KvPolicy& policy, PagedKvCacheConfig config)
+    : model_(model), tiers_(two_tiers(policy.tiers())), manager_(manager_config(model, tiers_, config)) {
+  for (const KvTier& t : tiers_) tier_reads_.push_back(make_tier_read(t, model.head_dim, config.page_bytes));
+}
+
+std::int64_t PagedKvCache::pages_for(std::int64_t tokens) const {
+  const std::int64_t tpp = manager_.pool().tokens_per_page(kHighTier);
+  return (tokens + tpp - 1) / tpp * model_.num_hidden_layers * model_.num_key_value_heads;
+}
+
+void PagedKvCache::encode(std::int64_t request, std::int32_t layer, std::int32_t head, std::int32_t position,
+                          std::span<const float> key, std::span<const float> value,
+                          PagePool::SlotCodes& codes) const {
+  for (int part = 0; part < 2; ++part) {
+    const std::span<const float> row = part == 0 ? key : value;
+    for (std::size_t c = 0; c < row.size(); ++c) {
+      if (!std::isfinite(row[c])) {
+        throw InputError(fmt::format("request {}: layer {}, kv head {}, position {}: {} channel {} is {} (not stored)",
+                                     request, layer, head, position, part == 0 ? "key" : "value", c, row[c]));
+      }
+    }
+  }
+  const KvTier& tier = tiers_[kHighTier];
+  const KvLocation at_key{layer, head, position, "key"};
+  const KvLocation at_value{layer, head, position, "value"};
+  encode_row(tier.key, key, at_key, codes.key, codes.key_meta);
+  encode_row(tier.value, value, at_value, codes.value, codes.value_meta);
+}
+
+void PagedKvCache::store(std::int64_t request, std::int32_t layer, std::int32_t head, const SlotRef& slot,
+                         std::int32_t position, std::span<const float> key, std::span<const float> value) {
+  PagePool& pool = manager_.pool();
+  PagePool::SlotCodes codes = pool.empty_codes(slot.tier);
+  encode(request, layer, head, position, key, value, codes);
+  pool.store_codes(manager_.page_of(request, layer, head, slot), slot.slot, codes);
+}
+
+void PagedKvCache::reserve_prompt(std::int64_t request, std::int64_t tokens) {
+  manager_.admit(request);
+  try {
+    PromptRequest prompt{request, tokens, {}};
+    prompt.heads.assign(static_cast<std::size_t>(manager_.heads_per_request()), PromptHeadPlan{tokens, 0, {}, {}});
+    manager_.prompt_phase({&prompt, 1});
+  } catch (...) {
+    manager_.finish(request);  // a prompt that does not fit leaves nothing behind
+    throw;
+  }
+}
+
+void PagedKvCache::write_prompt_layer(std::int64_t request, std::int32_t layer, std::int64_t tokens,
+                                      std::span<const float> keys, std::span<const float> values) {
+  const std::int64_t kv_dim = model_.kv_dim();
+  const std::int64_t d = model_.head_dim;
+  if (static_cast<std::int64_t>(keys.size()) != tokens * kv_dim ||
+      static_cast<std::int64_t>(values.size()) != tokens * kv_dim) {
+    throw std::invalid_argument("paged KV cache: write_prompt_layer keys/values have the wrong size");
+  }
+  // The prompt phase wrote token t of the tier at page t / tpp, slot t % tpp.
+  const std::int64_t tpp = manager_.pool().tokens_per_page(kHighTier);
+  for (std::int32_t h = 0; h < model_.num_key_value_heads; ++h) {
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      const std::size_t at = static_cast<std::size_t>(t * kv_dim + h * d);
+      store(request, layer, h, SlotRef{kHighTier, t / tpp, t % tpp}, static_cast<std::int32_t>(t),
+            keys.subspan(at, static_cast<std::size_t>(d)), values.subspan(at, static_cast<std::size_t>(d)));
+    }
+  }
+}
+
+void PagedKvCache::reserve(std::span<const std::int64_t> requests, std::span<const std::int32_t> positions) {
+  std::vector<DecodeOp> ops;
+  ops.reserve(requests.size() * static_cast<std::size_t>(manager_.heads_per_request()));
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    for (std::int32_t l = 0; l < model_.num_hidden_layers; ++l) {
+      for (std::int32_t h = 0; h < model_.num_key_value_heads; ++h) {
+        DecodeOp op;
+        op.request = requests[i];
+        op.layer = l;
+        op.head = h;
+        op.token = TokenPayload{positions[i], 0.0f};
+        ops.push_back(op);
+      }
+    }
+  }
+  manager_.decode_step(ops);
+}
+
+void PagedKvCache::write_token(std::int64_t request, std::int32_t layer, std::int32_t position,
+                               std::span<const float> key, std::span<const float> value) {
+  const std::int64_t d = model_.head_dim;
+  for (std::int32_t h = 0; h < model_.num_key_value_heads; ++h) {
+    const std::optional<SlotRef> slot = manager_.find_slot(request, layer, h, kHighTier, position);
+    if (!slot) {
+      throw std::logic_error(fmt::format("paged KV cache: request {} layer {} head {}: position {} was not reserved",
+                                         request, layer, h, position));
+    }
+    store(request, layer, h, *slot, position, key.subspan(static_cast<std::size_t>(h * d), static_cast<std::size_t>(d)),
+          value.subspan(static_cast<std::size_t>(h * d), static_cast<std::size_t>(d)));
+  }
+}
+
+void PagedKvCache::head_pages(std::int64_t request, std::int32_t layer, std::int32_t head,
+                              std::vector<PageRead>& pages) const {
+  pages.clear();
+  const PageTable& table = manager_.table(request, layer, head);
+  const PagePool& pool = manager_.pool();
+  for (int tier : {kHighTier, kLowTier}) {
+    for (std::int64_t i = 0; i < table.count(tier); ++i) {
+      const PageId id = table.at(tier, i);
+      pages.push_back(PageRead{pool.bytes(id).data(), pool.live_mask(id), pool.owner(id).tier});
+    }
+  }
+}
+
+void PagedKvCache::release(std::int64_t request) {
+  if (manager_.has_request(request)) manager_.finish(request);
+}
+
+void PagedKvCache::preempt(std::int64_t request) { manager_.preempt(request); }
+
+std::int64_t PagedKvCache::tokens(std::int64_t request) const {
+  return manager_.live_tokens(request, 0, 0, kHighTier) + manager_.live_tokens(request, 0, 0, kLowTier);
+}
+
+std::int64_t PagedKvCache::Swapped::bytes() const {
+  std::int64_t n = 0;
+  for (const PagePool::SlotCodes& s : slots) {
+    n += static_cast<std::int64_t>(s.key.size() + s.key_meta.size() + s.value.size() + s.value_meta.size());
+  }
+  return n;
+}
+
+PagedKvCache::Swapped PagedKvCache::swap_out(std::int64_t request) {
+  Swapped out;
+  out.tokens = tokens(request);
+  const PagePool& pool = manager_.pool();
+  for (std::int32_t l = 0; l < model_.num_hidden_layers; ++l) {
+    for (std::int32_t h = 0; h < model_.num_key_value_heads; ++h) {
+      const PageTable& table = manager_.table(request, l, h);
+      std::int64_t n = 0;
+      for (std::int64_t i = 0; i < table.count(kHighTier); ++i) {
+        const PageId id = table.at(kHighTier, i);
+        for (std::int64_t s = 0; s < pool.tokens_per_page(kHighTier); ++s) {
+          if (!pool.live(id, s)) continue;
+          // Uniform policies keep a head's tokens packed in position order; swap_in relies on it.
+          if (pool.payload(id, s).position != n) {
+            throw std::logic_error(fmt::format("paged KV cache: request {} layer {} head {}: slot {} of page {} holds "
+                                               "position {}, expected {}", request, l, h, s, i,
+                                               pool.payload(id, s).position, n));
+          }
+          out.slots.push_back(pool.load_codes(id, s));
+          ++n;
+        }
+      }
+      if (n != out.tokens || table.count(kLowTier) != 0) {
+        throw std::logic_error(fmt::format("paged KV cache: request {} layer {} head {}: {} tokens, expected {}",
+                                           request, l, h, n, out.tokens));
+      }
+    }
+  }
+  manager_.preempt(request);
+  return out;
+}
+
+void PagedKvCache::swap_in(std::int64_t request, const Swapped& swapped) {
+  reserve_prompt(request, swapped.tokens);
+  const std::int64_t tpp = manager_.pool().tokens_per_page(kHighTier);
+  std::size_t i = 0;
+  PagePool& pool = manager_.pool();
+  for (std::int32_t l = 0; l < model_.num_hidden_layers; ++l) {
+    for (std::int32_t h = 0; h < model_.num_key_value_heads; ++h) {
+      for (std::int64_t t = 0; t < swapped.tokens; ++t) {
+        pool.store_codes(manager_.page_of(request, l, h, SlotRef{kHighTier, t / tpp, t % tpp}), t % tpp,
+                         swapped.slots[i++]);
+      }
+    }
+  }
+}
+
+std::int64_t PagedKvCache::bytes_held(std::int64_t request) const {
+  std::int64_t n = 0;
+  for (std::int32_t l = 0; l < model_.num_hidden_layers; ++l) {
+    for (std::int32_t h = 0; h < model_.num_key_value_heads; ++h) n += manager_.bytes_held(request, l, h);
+  }
+  return n;
+}
+
+}  // namespace kvcheck

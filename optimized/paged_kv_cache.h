@@ -1,0 +1,88 @@
+// The engine's KV cache: every (request, layer, kv-head) of a model in LeanKV's unified pages,
+// through the page manager (optimized/unified_page_manager.h), in the tiers of a policy.
+//
+// Writing a token quantizes its key and value rows into the tier's format (kernels/cpu/quantize.h
+// for INT, fp16 rounding to nearest even, fp32 as is) and stores the codes in the page's tiled
+// layout; reading hands the decode kernel (kernels/cpu/paged_attention.h) the pages of a head in
+// walk order, high tier first. NaN or infinite keys and values are rejected with an InputError
+// naming the request, layer, head and position, before anything is stored.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kernels/cpu/paged_attention.h"
+#include "optimized/kv_policy.h"
+#include "optimized/unified_page_manager.h"
+#include "reference/config.h"
+
+namespace kvcheck {
+
+struct PagedKvCacheConfig {
+  std::int64_t pages = 0;
+  std::int64_t page_bytes = 16 * 1024;
+  bool poison = false;  // tests: free pages and dead slots hold NaN
+};
+
+class PagedKvCache {
+ public:
+  PagedKvCache(const ModelConfig& model, const KvPolicy& policy, PagedKvCacheConfig config);
+
+  const UnifiedPageManager& manager() const { return manager_; }
+  std::int64_t free_pages() const { return manager_.free_list().free_count(); }
+  std::int64_t pool_pages() const { return manager_.pool().pages(); }
+  // Pages a request of `tokens` tokens holds at the high tier, over all its heads.
+  std::int64_t pages_for(std::int64_t tokens) const;
+  bool has(std::int64_t request) const { return manager_.has_request(request); }
+
+  // Admits a request and allocates the pages of its `tokens` prompt tokens in every head.
+  // PoolExhausted (nothing kept, the request not admitted) when the pool cannot hold them.
+  void reserve_prompt(std::int64_t request, std::int64_t tokens);
+  // Stores one layer of a reserved prompt: keys and values are [tokens][kv_dim], post-RoPE.
+  void write_prompt_layer(std::int64_t request, std::int32_t layer, std::int64_t tokens, std::span<const float> keys,
+                          std::span<const float> values);
+  // Reserves, in every head of every listed request, the slot of the token at positions[i].
+  // PoolExhausted (nothing reserved) when a head needs a page the pool does not have.
+  void reserve(std::span<const std::int64_t> requests, std::span<const std::int32_t> positions);
+  // Stores one token's key and value rows ([kv_dim] each) of one layer in the reserved slots.
+  void write_token(std::int64_t request, std::int32_t layer, std::int32_t position, std::span<const float> key,
+                   std::span<const float> value);
+  // The pages of one head in walk order (into `pages`, which must outlive the returned input's use).
+  void head_pages(std::int64_t request, std::int32_t layer, std::int32_t head, std::vector<PageRead>& pages) const;
+  std::span<const TierRead> tiers() const { return tier_reads_; }
+  // Frees every page of the request (finished, or preempted).
+  void release(std::int64_t request);
+  // Frees every page of a preempted request (counted in the manager's preemption statistics).
+  void preempt(std::int64_t request);
+
+  // Preemption by swap: a request's stored slots, copied out to host memory byte for byte, so
+  // that swap_in can give it fresh pages holding exactly the same codes in the same walk order.
+  struct Swapped {
+    std::int64_t tokens = 0;
+    std::vector<PagePool::SlotCodes> slots;  // [layer][kv_head][token], in walk order
+    std::int64_t bytes() const;
+  };
+  // Copies the request's slots out and frees its pages.
+  Swapped swap_out(std::int64_t request);
+  // Admits the request again with pages for its tokens and restores the codes (PoolExhausted,
+  // nothing kept, when they do not fit).
+  void swap_in(std::int64_t request, const Swapped& swapped);
+  // Tokens stored per head of a request (every head holds the same count under these policies).
+  std::int64_t tokens(std::int64_t request) const;
+  // Bytes of KV the request holds over all its heads (codes, metadata, scores, positions of its pages).
+  std::int64_t bytes_held(std::int64_t request) const;
+
+ private:
+  void encode(std::int64_t request, std::int32_t layer, std::int32_t head, std::int32_t position,
+              std::span<const float> key, std::span<const float> value, PagePool::SlotCodes& codes) const;
+  void store(std::int64_t request, std::int32_t layer, std::int32_t head, const SlotRef& slot,
+             std::int32_t position, std::span<const float> key, std::span<const float> value);
+
+  ModelConfig model_;
+  std::vector<KvTier> tiers_;
+  std::vector<TierRead> tier_reads_;
+  UnifiedPageManager manager_;
+};
+
+}  // namespace kvcheck

@@ -1,0 +1,300 @@
+#include "optimized/scheduler.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "optimized/pool_exhausted.h"
+#include "reference/errors.h"
+
+namespace kvcheck {
+
+PreemptionMode parse_preemption_mode(const std::string& name) {
+  if (name == "recompute") return PreemptionMode::kRecompute;
+  if (name == "swap") return PreemptionMode::kSwap;
+  if (name == "auto") return PreemptionMode::kAuto;
+  throw InputError(fmt::format("preemption mode '{}': expected recompute, swap or auto", name));
+}
+
+std::string preemption_mode_name(PreemptionMode mode) {
+  switch (mode) {
+    case PreemptionMode::kRecompute: return "recompute";
+    case PreemptionMode::kSwap: return "swap";
+    case PreemptionMode::kAuto: return "auto";
+  }
+  return "?";
+}
+
+Scheduler::Scheduler(ModelRunner& runner, SchedulerConfig config)
+    : runner_(runner), cache_(runner.cache()), config_(std::move(config)) {
+  if (config_.max_batch < 1) throw InputError("scheduler: max_batch must be at least 1");
+  if (!(config_.high_watermark > 0.0 && config_.high_watermark <= 1.0)) {
+    throw InputError(fmt::format("scheduler: high_watermark must be in (0, 1], got {}", config_.high_watermark));
+  }
+}
+
+void Scheduler::log(const std::string& line) const {
+  if (config_.log) config_.log(fmt::format("step {}: {}", step_, line));
+}
+
+void Scheduler::submit(GenerationRequest request) {
+  if (results_.contains(request.id)) throw InputError(fmt::format("request {}: id submitted twice", request.id));
+  const ModelConfig& c = runner_.weights().config;
+  Running r;
+  r.result.id = request.id;
+  r.request = std::move(request);
+  order_.push_back(r.request.id);
+  results_[r.result.id] = GenerationResult{r.result.id, {}, "pending", {}, 0, -1, -1};
+  const auto prompt = static_cast<std::int64_t>(r.request.prompt.size());
+  // What can never run is answered now, with the reason, instead of waiting forever.
+  std::string error;
+  if (prompt == 0) {
+    error = "empty prompt";
+  } else if (prompt > c.max_position_embeddings) {
+    error = fmt::format("prompt of {} tokens exceeds max_position_embeddings {}", prompt, c.max_position_embeddings);
+  } else if (cache_.pages_for(prompt) > cache_.pool_pages()) {
+    error = fmt::format("prompt of {} tokens needs {} pages, the pool has {}", prompt, cache_.pages_for(prompt),
+                        cache_.pool_pages());
+  }
+  if (!error.empty()) {
+    fail(r, error);
+    return;
+  }
+  waiting_.push_back(std::move(r));
+}
+
+bool Scheduler::done(const Running& r) const {
+  const ModelConfig& c = runner_.weights().config;
+  return (r.request.stop_at_eos && !r.result.tokens.empty() &&
+          std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), r.result.tokens.back()) != c.eos_token_ids.end()) ||
+         static_cast<std::int64_t>(r.result.tokens.size()) >= r.request.max_new_tokens ||
+         context(r) >= c.max_position_embeddings;
+}
+
+void Scheduler::finish(Running& r, const std::string& reason) {
+  cache_.release(r.request.id);
+  r.result.stop_reason = reason;
+  r.result.finished_step = step_;
+  results_[r.request.id] = r.result;
+}
+
+void Scheduler::fail(Running& r, const std::string& error) {
+  cache_.release(r.request.id);
+  r.result.stop_reason = "error";
+  r.result.error = fmt::format("request {}: {}", r.request.id, error);
+  r.result.finished_step = step_;
+  log(r.result.error);
+  results_[r.request.id] = r.result;
+}
+
+std::int32_t Scheduler::next_token(std::int64_t request, std::span<const float> logits) const {
+  std::int32_t best = 0;
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    if (std::isnan(logits[i])) {
+      throw InputError(fmt::format("request {}: logit {} is NaN (the forward pass produced a NaN)", request, i));
+    }
+    if (logits[i] > logits[static_cast<std::size_t>(best)]) best = static_cast<std::int32_t>(i);
+  }
+  return best;
+}
+
+void Scheduler::start(Running& r) {
+  const std::int64_t id = r.request.id;
+  if (r.swapped) {
+    cache_.swap_in(id, *r.swapped);
+    stats_.swapped_bytes += r.swapped->bytes();
+    r.swapped.reset();
+    return;
+  }
+  const ModelConfig& c = runner_.weights().config;
+  std::vector<float> logits = runner_.prefill(id, r.request.prompt);
+  stats_.prefill_tokens += static_cast<std::int64_t>(r.request.prompt.size());
+  if (r.recompute) {
+    // Replay the generated tokens the way they first ran: one decode step each, alone. The last
+    // generated token is the input of the next regular step, so it is not replayed.
+    const auto prompt = static_cast<std::int64_t>(r.request.prompt.size());
+    for (std::size_t i = 0; i + 1 < r.result.tokens.size(); ++i) {
+      const std::int32_t position = static_cast<std::int32_t>(prompt + static_cast<std::int64_t>(i));
+      const std::int64_t ids[1] = {id};
+      try {
+        runner_.decode(ids, {&r.result.tokens[i], 1}, {&position, 1});
+      } catch (...) {
+        cache_.release(id);
+        throw;
+      }
+    }
+    stats_.recomputed_tokens += context(r) - 1;
+    r.recompute = false;
+    return;
+  }
+  r.result.tokens.push_back(next_token(id, {logits.data() + logits.size() - c.vocab_size,
+                                            static_cast<std::size_t>(c.vocab_size)}));
+}
+
+void Scheduler::admit() {
+  const std::int64_t pool = cache_.pool_pages();
+  const auto limit = static_cast<std::int64_t>(std::floor(config_.high_watermark * static_cast<double>(pool)));
+  while (!waiting_.empty() && static_cast<std::int64_t>(running_.size()) < config_.max_batch) {
+    Running& r = waiting_.front();
+    if (r.request.arrival_step > step_) break;
+    // The pages of its context plus the next token must fit under the watermark; with nothing
+    // running, anything that fits the pool is let in (otherwise it could never run).
+    const std::int64_t need = cache_.pages_for(context(r) + 1);
+    const std::int64_t used = pool - cache_.free_pages();
+    if (used + need > limit && !(running_.empty() && need <= pool)) {
+      log(fmt::format("request {} waits: needs {} pages, {} used of {} (watermark {} pages)", r.request.id, need,
+                      used, pool, limit));
+      break;
+    }
+    if (r.result.tokens.empty() && done(r)) {  // max_new_tokens 0, or a prompt filling the context
+      Running nothing = std::move(r);
+      waiting_.pop_front();
+      finish(nothing, nothing.request.max_new_tokens <= 0 ? "max_new_tokens" : "max_position_embeddings");
+      continue;
+    }
+    try {
+      start(r);
+    } catch (const PoolExhausted& e) {
+      if (running_.empty()) {
+        Running failed = std::move(r);
+        waiting_.pop_front();
+        fail(failed, fmt::format("cannot run even alone: {}", e.what()));
+        continue;
+      }
+      log(fmt::format("request {} waits: {}", r.request.id, e.what()));
+      break;
+    } catch (const InputError& e) {
+      Running failed = std::move(r);
+      waiting_.pop_front();
+      fail(failed, e.what());
+      continue;
+    }
+    if (r.result.admitted_step < 0) r.result.admitted_step = step_;
+    r.admit_order = admit_counter_++;
+    Running admitted = std::move(r);
+    waiting_.pop_front();
+    if (done(admitted)) {
+      const ModelConfig& c = runner_.weights().config;
+      const bool eos = admitted.request.stop_at_eos && !admitted.result.tokens.empty() &&
+                       std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), admitted.result.tokens.back()) !=
+                           c.eos_token_ids.end();
+      finish(admitted, eos ? "eos"
+                       : static_cast<std::int64_t>(admitted.result.tokens.size()) >= admitted.request.max_new_tokens
+                           ? "max_new_tokens"
+                           : "max_position_embeddings");
+      continue;
+    }
+    running_.push_back(std::move(admitted));
+  }
+}
+
+void Scheduler::preempt(Running& r) {
+  const std::int64_t ctx = context(r);
+  const std::int64_t held = cache_.bytes_held(r.request.id);
+  PreemptionMode mode = config_.preemption;
+  if (mode == PreemptionMode::kAuto) {
+    mode = ctx <= config_.recompute_max_tokens ? PreemptionMode::kRecompute : PreemptionMode::kSwap;
+  }
+  log(fmt::format("preempt request {} by {}: context {} tokens, {} bytes held, {} of {} pages free, rule {} "
+                  "(recompute at <= {} tokens)",
+                  r.request.id, preemption_mode_name(mode), ctx, held, cache_.free_pages(), cache_.pool_pages(),
+                  preemption_mode_name(config_.preemption), config_.recompute_max_tokens));
+  if (mode == PreemptionMode::kSwap) {
+    r.swapped = cache_.swap_out(r.request.id);
+    stats_.swapped_bytes += r.swapped->bytes();
+    ++stats_.preemptions_swap;
+  } else {
+    cache_.preempt(r.request.id);
+    r.recompute = true;
+    ++stats_.preemptions_recompute;
+  }
+  ++r.result.preemptions;
+}
+
+void Scheduler::decode() {
+  const ModelConfig& c = runner_.weights().config;
+  for (;;) {
+    if (running_.empty()) return;
+    std::vector<std::int64_t> ids;
+    std::vector<std::int32_t> tokens, positions;
+    for (const Running& r : running_) {
+      ids.push_back(r.request.id);
+      tokens.push_back(r.result.tokens.back());
+      positions.push_back(static_cast<std::int32_t>(context(r) - 1));
+    }
+    std::vector<float> logits;
+    try {
+      logits = runner_.decode(ids, tokens, positions);
+    } catch (const PoolExhausted& e) {
+      // Preempt the most recently admitted request and retry; alone and still too big: fail it.
+      auto victim = std::max_element(running_.begin(), running_.end(), [](const Running& a, const Running& b) {
+        return a.admit_order < b.admit_order;
+      });
+      if (running_.size() == 1) {
+        Running failed = std::move(*victim);
+        running_.clear();
+        fail(failed, fmt::format("cannot grow even alone: {}", e.what()));
+        return;
+      }
+      Running preempted = std::move(*victim);
+      running_.erase(victim);
+      preempt(preempted);
+      waiting_.push_front(std::move(preempted));
+      continue;
+    } catch (const InputError& e) {
+      // A NaN key or value (the message names its request) fails the step, and with it every
+      // request of the step: each ends with this error as its result, none is dropped.
+      log(fmt::format("decode step failed ({}); failing its requests", e.what()));
+      for (Running& r : running_) fail(r, e.what());
+      running_.clear();
+      return;
+    }
+    stats_.decode_tokens += static_cast<std::int64_t>(running_.size());
+    stats_.max_batch_seen = std::max(stats_.max_batch_seen, static_cast<std::int64_t>(running_.size()));
+    std::vector<Running> still;
+    for (std::size_t i = 0; i < running_.size(); ++i) {
+      Running& r = running_[i];
+      try {
+        r.result.tokens.push_back(next_token(
+            r.request.id, {logits.data() + i * static_cast<std::size_t>(c.vocab_size), static_cast<std::size_t>(c.vocab_size)}));
+      } catch (const InputError& e) {
+        fail(r, e.what());
+        continue;
+      }
+      if (done(r)) {
+        const bool eos = r.request.stop_at_eos &&
+                         std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), r.result.tokens.back()) !=
+                             c.eos_token_ids.end();
+        finish(r, eos ? "eos"
+                  : static_cast<std::int64_t>(r.result.tokens.size()) >= r.request.max_new_tokens
+                      ? "max_new_tokens"
+                      : "max_position_embeddings");
+      } else {
+        still.push_back(std::move(r));
+      }
+    }
+    running_ = std::move(still);
+    return;
+  }
+}
+
+bool Scheduler::step() {
+  if (waiting_.empty() && running_.empty()) return false;
+  admit();
+  decode();
+  ++step_;
+  ++stats_.steps;
+  return !(waiting_.empty() && running_.empty());
+}
+
+std::vector<GenerationResult> Scheduler::run() {
+  while (step()) {
+  }
+  std::vector<GenerationResult> out;
+  for (std::int64_t id : order_) out.push_back(results_.at(id));
+  return out;
+}
+
+}  // namespace kvcheck

@@ -1,0 +1,133 @@
+// The engine's scheduler (DESIGN.md, "optimized/"): continuous batching over the model runner.
+//
+// Each step:
+//   1. admission   waiting requests (in arrival order, once their arrival step has come) join the
+//                  running batch while the batch has room and the pool, after giving the request
+//                  the pages of its context plus one token, stays at or under the high
+//                  watermark (a share of the pool kept for the running requests' growth);
+//                  a preempted request resumes first, by swap-in or by recompute;
+//   2. decode      one token for every running request, as one batch; when the pool cannot hold
+//                  the step, the most recently admitted request is preempted (its pages freed)
+//                  and the step retried;
+//   3. retirement  requests that reached max_new_tokens, EOS or max_position_embeddings leave
+//                  and free their pages.
+//
+// Preemption by recompute drops the pages and later replays the request exactly as it first ran
+// (prefill of the prompt, then one decode step per token already generated), so its tokens and
+// logits are bit-identical to an uninterrupted run. Preemption by swap copies the request's slot
+// codes to host memory and back into fresh pages in the same walk order: bit-identical as well.
+// The rule (PreemptionMode::kAuto) weighs what each costs: recompute re-runs context tokens
+// through the model, swap moves the bytes held twice; every decision and its inputs are logged.
+//
+// A request whose prompt alone cannot fit the pool is rejected at submission time, and a
+// request that cannot make progress even when it runs alone fails with a message naming it:
+// nothing is lost silently, every submitted request ends in exactly one result.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "optimized/model_runner.h"
+#include "optimized/paged_kv_cache.h"
+
+namespace kvcheck {
+
+enum class PreemptionMode { kRecompute, kSwap, kAuto };
+// "recompute", "swap", "auto"; InputError for anything else.
+PreemptionMode parse_preemption_mode(const std::string& name);
+std::string preemption_mode_name(PreemptionMode mode);
+
+struct SchedulerConfig {
+  std::int64_t max_batch = 32;
+  double high_watermark = 0.95;  // admission keeps used pages at or under this share of the pool
+  PreemptionMode preemption = PreemptionMode::kAuto;
+  // kAuto: recompute when the request's context (prompt + generated) is at most this many tokens,
+  // else swap. Recompute costs a forward over the context; swap costs copying the bytes held out
+  // and back, which stays cheap as the context grows, while recompute does not.
+  std::int64_t recompute_max_tokens = 256;
+  // Receives one line per scheduling decision (admission refused, preemption and its inputs).
+  std::function<void(const std::string&)> log;
+};
+
+struct GenerationRequest {
+  std::int64_t id = 0;
+  std::vector<std::int32_t> prompt;
+  std::int64_t max_new_tokens = 16;
+  bool stop_at_eos = true;
+  std::int64_t arrival_step = 0;  // the request may join from this scheduler step on
+};
+
+struct GenerationResult {
+  std::int64_t id = 0;
+  std::vector<std::int32_t> tokens;  // generated tokens, in order
+  std::string stop_reason;           // "max_new_tokens", "eos", "max_position_embeddings", or "error"
+  std::string error;                 // why a request failed or was rejected
+  std::int64_t preemptions = 0;
+  std::int64_t admitted_step = -1;
+  std::int64_t finished_step = -1;
+};
+
+struct SchedulerStats {
+  std::int64_t steps = 0;
+  std::int64_t decode_tokens = 0;
+  std::int64_t prefill_tokens = 0;
+  std::int64_t max_batch_seen = 0;
+  std::int64_t preemptions_recompute = 0;
+  std::int64_t preemptions_swap = 0;
+  std::int64_t recomputed_tokens = 0;
+  std::int64_t swapped_bytes = 0;  // out and in
+};
+
+class Scheduler {
+ public:
+  Scheduler(ModelRunner& runner, SchedulerConfig config);
+
+  // Queues a request. Its id must be unique among the scheduler's requests (InputError).
+  void submit(GenerationRequest request);
+  // One scheduling step; false when nothing is waiting or running.
+  bool step();
+  // Steps until every request has a result; results in submission order.
+  std::vector<GenerationResult> run();
+  const SchedulerStats& stats() const { return stats_; }
+  std::int64_t current_step() const { return step_; }
+
+ private:
+  struct Running {
+    GenerationRequest request;
+    GenerationResult result;
+    std::int64_t admit_order = 0;
+    std::optional<PagedKvCache::Swapped> swapped;  // set while preempted by swap
+    bool recompute = false;                        // set while preempted by recompute
+  };
+  void log(const std::string& line) const;
+  void admit();
+  // Resumes or starts a request: prefill (and replay), or swap-in. PoolExhausted propagates.
+  void start(Running& r);
+  void decode();
+  void preempt(Running& r);
+  void finish(Running& r, const std::string& reason);
+  void fail(Running& r, const std::string& error);
+  bool done(const Running& r) const;
+  std::int32_t next_token(std::int64_t request, std::span<const float> logits) const;
+  std::int64_t context(const Running& r) const {
+    return static_cast<std::int64_t>(r.request.prompt.size() + r.result.tokens.size());
+  }
+
+  ModelRunner& runner_;
+  PagedKvCache& cache_;
+  SchedulerConfig config_;
+  std::int64_t step_ = 0;
+  std::int64_t admit_counter_ = 0;
+  std::deque<Running> waiting_;        // arrival order; preempted requests go back to the front
+  std::vector<Running> running_;
+  std::map<std::int64_t, GenerationResult> results_;
+  std::vector<std::int64_t> order_;    // submission order
+  SchedulerStats stats_;
+};
+
+}  // namespace kvcheck

@@ -1,0 +1,90 @@
+// Attention over a retained set, and prefill column sums, in double.
+#include "oracles/retained_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "reference/attention.h"
+
+namespace kvcheck {
+
+RetainedAttentionRef retained_attention_ref(std::span<const float> q, std::span<const float> keys,
+                                            std::span<const float> values, std::int64_t group, std::int64_t head_dim,
+                                            double scale) {
+  const auto d = static_cast<std::size_t>(head_dim);
+  const auto g_count = static_cast<std::size_t>(group);
+  if (head_dim <= 0 || group <= 0 || q.size() != g_count * d || keys.size() % d != 0 || keys.empty() ||
+      values.size() != keys.size()) {
+    throw std::invalid_argument(fmt::format("retained_attention_ref: q {} / keys {} / values {} floats for group {}, "
+                                            "head_dim {}", q.size(), keys.size(), values.size(), group, head_dim));
+  }
+  const std::size_t n = keys.size() / d;
+  RetainedAttentionRef r;
+  r.out.assign(g_count * d, 0.0);
+  r.probs.assign(g_count * n, 0.0);
+  for (std::size_t g = 0; g < g_count; ++g) {
+    double* p = r.probs.data() + g * n;
+    for (std::size_t j = 0; j < n; ++j) {
+      double dot = 0.0;
+      for (std::size_t c = 0; c < d; ++c) dot += static_cast<double>(q[g * d + c]) * static_cast<double>(keys[j * d + c]);
+      p[j] = scale * dot;
+    }
+    const double max_logit = *std::max_element(p, p + n);
+    double sum = 0.0;
+    for (std::size_t j = 0; j < n; ++j) {
+      p[j] = std::exp(p[j] - max_logit);
+      sum += p[j];
+    }
+    for (std::size_t j = 0; j < n; ++j) {
+      p[j] /= sum;
+      for (std::size_t c = 0; c < d; ++c) r.out[g * d + c] += p[j] * static_cast<double>(values[j * d + c]);
+    }
+  }
+  return r;
+}
+
+namespace {
+
+MatrixRMd to_double(std::span<const float> x, std::int64_t rows, std::int64_t cols, const char* what) {
+  if (x.size() != static_cast<std::size_t>(rows * cols)) {
+    throw std::invalid_argument(fmt::format("prefill_column_sums_ref: {} has {} floats, want {} x {}", what, x.size(),
+                                            rows, cols));
+  }
+  MatrixRMd m(rows, cols);
+  for (std::int64_t i = 0; i < rows * cols; ++i) m.data()[i] = static_cast<double>(x[static_cast<std::size_t>(i)]);
+  return m;
+}
+
+}  // namespace
+
+PrefillColumnSumsRef prefill_column_sums_ref(std::span<const float> q, std::span<const float> k,
+                                             std::span<const float> v, std::int64_t tokens, std::int64_t n_heads,
+                                             std::int64_t n_kv_heads, std::int64_t head_dim, std::int64_t window) {
+  const MatrixRMd qd = to_double(q, tokens, n_heads * head_dim, "q");
+  const MatrixRMd kd = to_double(k, tokens, n_kv_heads * head_dim, "k");
+  const MatrixRMd vd = to_double(v, tokens, n_kv_heads * head_dim, "v");
+  std::vector<std::int64_t> positions(static_cast<std::size_t>(tokens));
+  std::iota(positions.begin(), positions.end(), std::int64_t{0});
+  PrefillColumnSumsRef r;
+  const auto cells = static_cast<std::size_t>(n_heads * tokens);
+  r.column_sums.assign(cells, 0.0);
+  r.window_sums.assign(cells, 0.0);
+  const std::int64_t first_window_query = tokens - std::min(std::max<std::int64_t>(window, 0), tokens);
+  const AttentionShape shape{n_heads, n_kv_heads, head_dim, 0};
+  r.out = attention_ref(qd, kd, vd, positions, positions, shape,
+                        [&](std::int64_t head, std::int64_t row, std::span<const double> probs) {
+                          double* columns = r.column_sums.data() + head * tokens;
+                          double* in_window = r.window_sums.data() + head * tokens;
+                          for (std::size_t j = 0; j < probs.size(); ++j) {
+                            columns[j] += probs[j];
+                            if (row >= first_window_query) in_window[j] += probs[j];
+                          }
+                        });
+  return r;
+}
+
+}  // namespace kvcheck

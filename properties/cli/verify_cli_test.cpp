@@ -1,0 +1,97 @@
+// kvcheck verify and kvcheck generate --engine optimized on the embedded model, as a user runs
+// them: the JSON holds the keys CI gates read, full-fp32 reproduces the reference's greedy tokens
+// with float-level logits, full-fp16 stays within the KL and top-1 bars on the held-out text
+// (a reduced version of the acceptance runs), and bad flags exit 2 naming them.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "properties/support/cli_runner.h"
+#include "properties/support/test_support.h"
+
+namespace kvcheck {
+namespace {
+
+using nlohmann::json;
+using testing::run_kvcheck;
+using testing::TempDir;
+
+json read_json_file(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  return json::parse(in);
+}
+
+TEST(VerifyCli, FullFp32MatchesTheReferenceOnTheEmbeddedModel) {
+  TempDir dir;
+  const auto out = dir / "verify.json";
+  const auto run = run_kvcheck("verify --policy full-fp32 --prompts 6 --prompt-tokens 48 --max-new-tokens 48 --json " +
+                               testing::shell_quote(out));
+  ASSERT_EQ(run.code, 0) << run.output;
+  const json j = read_json_file(out);
+  for (const char* key : {"prompts", "greedy_match_fraction", "logits_nmse_max", "kl_mean", "top1_agreement"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  EXPECT_EQ(j["prompts"], 6);
+  EXPECT_EQ(j["positions"], 6 * 49);
+  EXPECT_EQ(j["greedy_match_fraction"], 1.0);
+  EXPECT_LT(j["logits_nmse_max"].get<double>(), 1e-9);
+  EXPECT_EQ(j["top1_agreement"], 1.0);
+  for (const json& p : j["per_prompt"]) EXPECT_EQ(p["first_divergence"], -1);
+}
+
+TEST(VerifyCli, FullFp16StaysWithinTheBarsOnHeldOutText) {
+  TempDir dir;
+  const auto out = dir / "verify.json";
+  const auto run = run_kvcheck("verify --policy full-fp16 --feed text --prompts 6 --prompt-tokens 32 "
+                               "--max-new-tokens 96 --json " + testing::shell_quote(out));
+  ASSERT_EQ(run.code, 0) << run.output;
+  const json j = read_json_file(out);
+  EXPECT_LT(j["kl_mean"].get<double>(), 1e-4);
+  EXPECT_GE(j["top1_agreement"].get<double>(), 0.995);
+  EXPECT_GT(j["logits_nmse_max"].get<double>(), 0.0) << "fp16 keys and values cannot be exact";
+}
+
+TEST(VerifyCli, Int4IsVisiblyWorseThanInt8) {
+  TempDir dir;
+  double kl[2];
+  int i = 0;
+  for (const char* policy : {"int8", "int4"}) {
+    const auto out = dir / (std::string(policy) + ".json");
+    const auto run = run_kvcheck(std::string("verify --feed text --prompts 4 --prompt-tokens 32 --max-new-tokens 64 "
+                                             "--policy ") + policy + " --json " + testing::shell_quote(out));
+    ASSERT_EQ(run.code, 0) << run.output;
+    kl[i++] = read_json_file(out)["kl_mean"].get<double>();
+  }
+  EXPECT_GT(kl[1], 10 * kl[0]);
+}
+
+TEST(VerifyCli, BadFlagsExitTwoNamingThem) {
+  auto run = run_kvcheck("verify --policy nope");
+  EXPECT_EQ(run.code, 2);
+  EXPECT_NE(run.output.find("policy 'nope'"), std::string::npos) << run.output;
+  run = run_kvcheck("verify --device cuda");
+  EXPECT_EQ(run.code, 2);
+  EXPECT_NE(run.output.find("--device cuda"), std::string::npos) << run.output;
+  run = run_kvcheck("verify --prompt-tokens 100000");
+  EXPECT_EQ(run.code, 2);
+  EXPECT_NE(run.output.find("max_position_embeddings"), std::string::npos) << run.output;
+}
+
+TEST(GenerateCli, OptimizedEngineGivesTheReferenceTokens) {
+  const std::string args = "generate --ids 1,40,77,300,9 --max-new-tokens 24 --ignore-eos";
+  const auto ref = run_kvcheck(args);
+  const auto opt = run_kvcheck(args + " --engine optimized --policy full-fp32");
+  ASSERT_EQ(ref.code, 0) << ref.output;
+  ASSERT_EQ(opt.code, 0) << opt.output;
+  auto line = [](const std::string& out) {
+    const auto a = out.find("generated ids:");
+    return out.substr(a, out.find('\n', a) - a);
+  };
+  EXPECT_EQ(line(opt.output), line(ref.output));
+  EXPECT_NE(opt.output.find("engine: optimized"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvcheck

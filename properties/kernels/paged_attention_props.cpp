@@ -1,0 +1,402 @@
+// Paged decode attention against the per-step oracle: for random heads, GQA groups, tier mixes,
+// awkward page sizes (1, 3, 7, 16 tokens where the layout allows), random live masks and fp16
+// residual tokens, the kernel reading real pages (built by optimized/page_pool.h, poisoned with
+// 0xFF where free or dead) equals exact double attention over the dequantized live tokens
+// (oracles/retained_attention.h), within the float tolerance derived below.
+//   RC_PARAMS="seed=7 max_success=20000" build-attn/properties/kvcheck_property_tests --gtest_filter='PagedAttentionProps.*'
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/paged_attention.h"
+#include "kernels/cpu/quantize.h"
+#include "kernels/quant_math.h"
+#include "optimized/page_pool.h"
+#include "oracles/retained_attention.h"
+#include "properties/support/property_check.h"
+#include "properties/support/quant_cases.h"
+#include "reference/errors.h"
+
+namespace kvcheck {
+namespace {
+
+using testing::check_property;
+
+constexpr int kGateCases = 1000;
+constexpr double kFloatEps = 0x1.0p-24;  // unit roundoff of float
+
+// The tiers of the issue, from the most bytes per token to the fewest (so a pool's tier 0 can be
+// any of them and its tier 1 any later one: a lower tier must hold at least as many tokens).
+std::vector<KvTier> tier_catalogue() {
+  auto i = [](int bits) { return int_format(per_token(bits)); };
+  return {KvTier{fp32_format(), fp32_format()}, KvTier{fp16_format(), fp16_format()}, KvTier{i(8), i(8)},
+          KvTier{i(8), i(4)}, KvTier{i(4), i(2)}, KvTier{i(2), i(2)}};
+}
+
+std::int64_t tokens_or_zero(const KvTier& tier, std::int64_t head_dim, std::int64_t page_bytes) {
+  try {
+    return tokens_per_page(tier, head_dim, page_bytes);
+  } catch (const InputError&) {
+    return 0;
+  }
+}
+
+// The smallest page size whose tier 0 holds at least `target` tokens (tokens per page are
+// multiples of the value tiling's vec, so 1, 3 and 7 are exact only for fp32 values), grown in
+// steps of the segment alignment until the lower tier holds at least as many.
+std::int64_t page_bytes_for(const std::vector<KvTier>& tiers, std::int64_t head_dim, std::int64_t target) {
+  std::int64_t lo = 1, hi = 1 << 22;
+  while (lo < hi) {
+    const std::int64_t mid = (lo + hi) / 2;
+    if (tokens_or_zero(tiers[0], head_dim, mid) >= target) hi = mid;
+    else lo = mid + 1;
+  }
+  std::int64_t bytes = lo;
+  while (tiers.size() > 1 && tokens_or_zero(tiers[1], head_dim, bytes) < tokens_or_zero(tiers[0], head_dim, bytes)) {
+    bytes += kPageSegmentAlign;
+  }
+  return bytes;
+}
+
+// One token's key or value stored as an engine stores it: the code row (fp32 / fp16 elements or
+// per-token INT codes from kernels/cpu/quantize.h), the fp16 (scale, zero) metadata, and x̂.
+struct EncodedRow {
+  std::vector<std::uint8_t> row, meta;
+  std::vector<float> x_hat;
+  float zero = 0.0f;  // |ẑ| enters the fused dot's error bound
+};
+
+EncodedRow encode_row(const KvFormat& f, std::span<const float> x) {
+  const auto d = static_cast<std::int64_t>(x.size());
+  EncodedRow e;
+  e.x_hat.resize(x.size());
+  switch (f.dtype) {
+    case KvDType::kFp32:
+      e.row.resize(x.size() * sizeof(float));
+      std::memcpy(e.row.data(), x.data(), e.row.size());
+      std::copy(x.begin(), x.end(), e.x_hat.begin());
+      break;
+    case KvDType::kFp16:
+      e.row.resize(x.size() * 2);
+      for (std::size_t c = 0; c < x.size(); ++c) {
+        const std::uint16_t h = quant::f16_from_float(x[c]);
+        std::memcpy(e.row.data() + 2 * c, &h, 2);
+        e.x_hat[c] = quant::f16_to_float(h);
+      }
+      break;
+    case KvDType::kInt: {
+      e.row.resize(static_cast<std::size_t>(f.spec.row_bytes(d)));
+      std::uint16_t scale = 0, zero = 0;
+      quantize(f.spec, x, 1, d, KvLocation{}, e.row, {&scale, 1}, {&zero, 1});
+      dequantize(f.spec, e.row, {&scale, 1}, {&zero, 1}, 1, d, e.x_hat);
+      const std::uint16_t pair[2] = {scale, zero};  // the slot's (scale, zero), as the kernel reads it
+      e.meta.resize(sizeof pair);
+      std::memcpy(e.meta.data(), pair, sizeof pair);
+      e.zero = quant::f16_to_float(zero);
+      break;
+    }
+    case KvDType::kFp8E4M3: RC_FAIL("fp8 is not a page format");
+  }
+  return e;
+}
+
+// A drawn case: real pages in a poisoned pool, the kernel's input over them, and the oracle's
+// view (the live tokens, dequantized, in walk order).
+struct DecodeCase {
+  std::int64_t head_dim = 0, group = 1;
+  float scale = 0.0f;
+  PagePool pool;
+  std::vector<PageId> walk;  // page ids in walk order
+  std::vector<TierRead> tier_reads;
+  std::vector<PageRead> page_reads;
+  std::int64_t residual_tokens = 0;
+  std::vector<std::uint16_t> residual_keys, residual_values;
+  std::vector<float> q;
+  std::int64_t slots = 0;
+  // Oracle side.
+  std::vector<float> keys_hat, values_hat;     // [live][head_dim]
+  std::vector<float> key_zero;                 // [live]: |ẑ| of INT keys, else 0
+  std::vector<std::int64_t> live_walk_index;   // [live]: the walk-order slot of each live token
+  std::string summary;
+
+  explicit DecodeCase(PagePoolConfig c) : pool(std::move(c)) {}
+
+  DecodeHeadInput input() const {
+    DecodeHeadInput in;
+    in.head_dim = head_dim;
+    in.group = group;
+    in.scale = scale;
+    in.tiers = tier_reads;
+    in.pages = page_reads;
+    in.residual_tokens = residual_tokens;
+    in.residual_keys = residual_keys;
+    in.residual_values = residual_values;
+    in.q = q;
+    return in;
+  }
+  std::int64_t live() const { return static_cast<std::int64_t>(live_walk_index.size()); }
+};
+
+std::vector<float> draw_keys(std::int64_t tokens, std::int64_t d, std::uint64_t seed) {
+  // Keys like real ones: normal, heavy-tailed with outlier channels (scaled down so logits stay in
+  // a range where the softmax is not one-hot), or a narrow range away from zero (large INT zeros).
+  const int which = *rc::gen::inRange(0, 3);
+  const testing::ValueDist dist = which == 0   ? testing::ValueDist::kNormal
+                                  : which == 1 ? testing::ValueDist::kOutlierChannels
+                                               : testing::ValueDist::kUniform;
+  std::vector<float> k = testing::make_values(dist, tokens, d, seed);
+  if (dist == testing::ValueDist::kOutlierChannels) {
+    for (float& x : k) x *= 0.05f;
+  }
+  RC_CLASSIFY(true, testing::value_dist_name(dist));
+  return k;
+}
+
+DecodeCase draw_case() {
+  const std::vector<KvTier> catalogue = tier_catalogue();
+  const std::int64_t d = *rc::gen::element<std::int64_t>(8, 16, 32, 64, 128);
+  const std::int64_t group = *rc::gen::element<std::int64_t>(1, 2, 4, 8);
+  const int high = *rc::gen::inRange(0, static_cast<int>(catalogue.size()));
+  const bool two_tiers = *rc::gen::arbitrary<bool>();
+  const int low = two_tiers ? *rc::gen::inRange(high, static_cast<int>(catalogue.size())) : high;
+  const std::int64_t target = *rc::gen::element<std::int64_t>(1, 3, 7, 16);
+  const std::int64_t slack = *rc::gen::inRange<std::int64_t>(0, 32);
+  const int pages = *rc::gen::inRange(0, 5);
+  const int high_pages = two_tiers ? *rc::gen::inRange(0, pages + 1) : pages;
+  const int free_pages = *rc::gen::inRange(0, 3);
+  const int kill_percent = *rc::gen::element(0, 30, 70, 100);
+  std::int64_t residual = *rc::gen::inRange<std::int64_t>(0, 4);
+  const auto seed = *rc::gen::arbitrary<std::uint64_t>();
+
+  std::vector<KvTier> tiers{catalogue[static_cast<std::size_t>(high)]};
+  if (two_tiers) tiers.push_back(catalogue[static_cast<std::size_t>(low)]);
+  PagePoolConfig config;
+  config.pages = pages + free_pages;
+  if (config.pages == 0) config.pages = 1;
+  config.page_bytes = page_bytes_for(tiers, d, target) + slack;
+  config.head_dim = d;
+  config.tiers = tiers;
+  config.poison = true;
+  DecodeCase c(config);
+  c.head_dim = d;
+  c.group = group;
+  c.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  std::mt19937_64 rng(seed);
+
+  // Pages sit anywhere in the pool, free (poisoned) pages between them.
+  std::vector<PageId> ids(static_cast<std::size_t>(config.pages));
+  std::iota(ids.begin(), ids.end(), PageId{0});
+  std::shuffle(ids.begin(), ids.end(), rng);
+  for (int p = 0; p < c.pool.tiers(); ++p) c.tier_reads.push_back(make_tier_read(tiers[static_cast<std::size_t>(p)], d, config.page_bytes));
+
+  std::int64_t walk_slot = 0;
+  std::uniform_int_distribution<int> percent(0, 99);
+  for (int p = 0; p < pages; ++p) {
+    const PageId id = ids[static_cast<std::size_t>(p)];
+    const int tier = p < high_pages ? 0 : 1;  // walk order: high-precision pages, then low
+    c.pool.format(id, PageOwner{HeadKey{0, 0, 0}, tier});
+    c.walk.push_back(id);
+    const std::int64_t n = c.pool.tokens_per_page(tier);
+    const std::vector<float> keys = draw_keys(n, d, rng());
+    const std::vector<float> values = testing::make_values(testing::ValueDist::kNormal, n, d, rng());
+    for (std::int64_t s = 0; s < n; ++s) {
+      const bool dead = percent(rng) < kill_percent;
+      if (dead && percent(rng) < 50) continue;  // never written: poisoned by format()
+      const KvTier& t = tiers[static_cast<std::size_t>(tier)];
+      const EncodedRow k = encode_row(t.key, std::span(keys).subspan(static_cast<std::size_t>(s * d), static_cast<std::size_t>(d)));
+      const EncodedRow v = encode_row(t.value, std::span(values).subspan(static_cast<std::size_t>(s * d), static_cast<std::size_t>(d)));
+      c.pool.put(id, s, TokenPayload{static_cast<std::int32_t>(walk_slot + s), 0.0f});
+      c.pool.store_codes(id, s, PagePool::SlotCodes{k.row, k.meta, v.row, v.meta});
+      if (dead) {
+        c.pool.kill(id, s);  // written, then evicted: poisoned by kill()
+        continue;
+      }
+      c.keys_hat.insert(c.keys_hat.end(), k.x_hat.begin(), k.x_hat.end());
+      c.values_hat.insert(c.values_hat.end(), v.x_hat.begin(), v.x_hat.end());
+      c.key_zero.push_back(std::fabs(k.zero));
+      c.live_walk_index.push_back(walk_slot + s);
+    }
+    c.page_reads.push_back(PageRead{c.pool.bytes(id).data(), c.pool.live_mask(id), tier});
+    walk_slot += n;
+  }
+  if (c.live() == 0 && residual == 0) residual = 1;  // the kernel needs one token to attend to
+  c.residual_tokens = residual;
+  const std::vector<float> rk = draw_keys(residual, d, rng());
+  const std::vector<float> rv = testing::make_values(testing::ValueDist::kNormal, residual, d, rng());
+  for (std::int64_t r = 0; r < residual; ++r) {
+    const EncodedRow k = encode_row(fp16_format(), std::span(rk).subspan(static_cast<std::size_t>(r * d), static_cast<std::size_t>(d)));
+    const EncodedRow v = encode_row(fp16_format(), std::span(rv).subspan(static_cast<std::size_t>(r * d), static_cast<std::size_t>(d)));
+    for (std::int64_t ch = 0; ch < d; ++ch) {
+      c.residual_keys.push_back(quant::f16_from_float(k.x_hat[static_cast<std::size_t>(ch)]));
+      c.residual_values.push_back(quant::f16_from_float(v.x_hat[static_cast<std::size_t>(ch)]));
+    }
+    c.keys_hat.insert(c.keys_hat.end(), k.x_hat.begin(), k.x_hat.end());
+    c.values_hat.insert(c.values_hat.end(), v.x_hat.begin(), v.x_hat.end());
+    c.key_zero.push_back(0.0f);
+    c.live_walk_index.push_back(walk_slot + r);
+  }
+  c.slots = walk_slot + residual;
+  c.q = testing::make_values(testing::ValueDist::kNormal, group, d, rng());
+
+  std::ostringstream s;
+  s << "head_dim " << d << ", group " << group << ", tiers [" << kv_tier_name(tiers[0]);
+  if (two_tiers) s << " | " << kv_tier_name(tiers[1]);
+  s << "], page_bytes " << config.page_bytes << " (" << c.pool.tokens_per_page(0) << " tokens/page";
+  if (two_tiers) s << ", low " << c.pool.tokens_per_page(1);
+  s << "), pages " << pages << " (" << high_pages << " high), live " << c.live() - residual << " of " << walk_slot
+    << " slots, residual " << residual;
+  c.summary = s.str();
+  RC_LOG() << c.summary << "\n";
+  RC_CLASSIFY(c.pool.tokens_per_page(0) == target, "exact target tokens/page");
+  return c;
+}
+
+// Float tolerance of the kernel against the double oracle, per query head g.
+//
+// Logits: the kernel sums head_dim products in float (fused for INT keys: ŝ Σ q_c code_c +
+// ẑ Σ q_c, oracles/quant_bounds.h fused_dot_tolerance), so each logit is within
+//   δ_dot = 2 (d + 4) u · scale · Σ_c |q_c| (|k̂_c| + 2|ẑ|)     (ŝ code_c ≤ |k̂_c| + |ẑ|)
+// of the exact one; max-subtraction and exp add about 2 u |l| + 2 u more, together δ.
+// Probabilities then satisfy p̂/p ∈ e^{±2δ} (DESIGN.md, "Attention error bounds"), times the
+// float sum and division of n weights: (2n + 8) u. The output moves by at most
+// ‖p̂ - p‖₁ max|v̂| plus the float accumulation of n weighted values, n u max|v̂|.
+// Twice that, for the slack of the inequalities: a planted bug moves the output by O(|v|).
+struct Tolerance {
+  double prob_rel = 0.0;  // |p̂ - p| <= prob_rel * p + kProbUnderflow
+  double out = 0.0;       // |out̂ - out| <= out
+};
+constexpr double kProbUnderflow = 0x1.0p-120;  // float weights exp(l - m) underflow below 2^-126
+
+Tolerance tolerance(const DecodeCase& c, std::int64_t g) {
+  const std::int64_t d = c.head_dim;
+  const auto n = static_cast<double>(c.live());
+  const float* q = c.q.data() + g * d;
+  double delta = 0.0, max_v = 0.0;
+  for (std::int64_t j = 0; j < c.live(); ++j) {
+    double magnitude = 0.0, logit = 0.0;
+    for (std::int64_t ch = 0; ch < d; ++ch) {
+      const double k = c.keys_hat[static_cast<std::size_t>(j * d + ch)];
+      magnitude += std::fabs(q[ch]) * (std::fabs(k) + 2.0 * c.key_zero[static_cast<std::size_t>(j)]);
+      logit += q[ch] * k;
+      max_v = std::max(max_v, static_cast<double>(std::fabs(c.values_hat[static_cast<std::size_t>(j * d + ch)])));
+    }
+    const double dot_error = 2.0 * static_cast<double>(d + 4) * kFloatEps * c.scale * magnitude;
+    delta = std::max(delta, dot_error + 2.0 * kFloatEps * std::fabs(c.scale * logit) * 2.0 + 2.0 * kFloatEps);
+  }
+  Tolerance t;
+  t.prob_rel = 2.0 * (std::expm1(2.0 * delta) + (2.0 * n + 8.0) * kFloatEps);
+  t.out = 2.0 * max_v * (std::expm1(2.0 * delta) + (3.0 * n + 8.0) * kFloatEps);
+  return t;
+}
+
+struct KernelRun {
+  std::vector<float> out, probs;
+};
+
+KernelRun run_kernel(const DecodeCase& c, bool with_probs) {
+  KernelRun r;
+  r.out.assign(static_cast<std::size_t>(c.group * c.head_dim), -1.0f);
+  if (with_probs) r.probs.assign(static_cast<std::size_t>(c.group * c.slots), -1.0f);
+  paged_decode_attention(c.input(), DecodeHeadOutput{r.out, r.probs});
+  return r;
+}
+
+RetainedAttentionRef run_oracle(const DecodeCase& c) {
+  return retained_attention_ref(c.q, c.keys_hat, c.values_hat, c.group, c.head_dim, c.scale);
+}
+
+TEST(PagedAttentionProps, OutputMatchesRetainedOracle) {
+  check_property("paged decode attention/output vs retained oracle", kGateCases, [] {
+    const DecodeCase c = draw_case();
+    RC_ASSERT(decode_slots(c.input()) == c.slots);
+    const KernelRun with = run_kernel(c, true);
+    const KernelRun without = run_kernel(c, false);
+    // Asking for probabilities must not change the output, bit for bit.
+    RC_ASSERT(std::memcmp(with.out.data(), without.out.data(), with.out.size() * sizeof(float)) == 0);
+    const RetainedAttentionRef ref = run_oracle(c);
+    for (std::int64_t g = 0; g < c.group; ++g) {
+      const Tolerance tol = tolerance(c, g);
+      for (std::int64_t ch = 0; ch < c.head_dim; ++ch) {
+        const auto at = static_cast<std::size_t>(g * c.head_dim + ch);
+        // Dead slots hold NaN poison: any read of one would show here.
+        RC_ASSERT(std::isfinite(with.out[at]));
+        if (std::fabs(with.out[at] - ref.out[at]) > tol.out) {
+          RC_FAIL("head " + std::to_string(g) + ", channel " + std::to_string(ch) + ": kernel " +
+                  std::to_string(with.out[at]) + ", oracle " + std::to_string(ref.out[at]) + ", tolerance " +
+                  std::to_string(tol.out) + " (" + c.summary + ")");
+        }
+      }
+    }
+  });
+}
+
+TEST(PagedAttentionProps, ProbsMatchOracleAtLiveSlots) {
+  check_property("paged decode attention/probs vs retained oracle", kGateCases, [] {
+    const DecodeCase c = draw_case();
+    const KernelRun k = run_kernel(c, true);
+    const RetainedAttentionRef ref = run_oracle(c);
+    const auto n = static_cast<std::size_t>(c.live());
+    std::vector<bool> live(static_cast<std::size_t>(c.slots), false);
+    for (std::int64_t j : c.live_walk_index) live[static_cast<std::size_t>(j)] = true;
+    for (std::int64_t g = 0; g < c.group; ++g) {
+      const Tolerance tol = tolerance(c, g);
+      const float* p = k.probs.data() + g * c.slots;
+      double sum = 0.0;
+      for (std::int64_t j = 0; j < c.slots; ++j) {
+        RC_ASSERT(std::isfinite(p[j]));
+        sum += p[j];
+        if (!live[static_cast<std::size_t>(j)]) RC_ASSERT(p[j] == 0.0f);  // dead slots: exactly 0
+      }
+      RC_ASSERT(std::fabs(sum - 1.0) <= (4.0 * static_cast<double>(n) + 16.0) * kFloatEps);
+      for (std::size_t r = 0; r < n; ++r) {
+        const double want = ref.probs[static_cast<std::size_t>(g) * n + r];
+        const double got = p[c.live_walk_index[r]];
+        if (std::fabs(got - want) > tol.prob_rel * want + kProbUnderflow) {
+          RC_FAIL("head " + std::to_string(g) + ", live token " + std::to_string(r) + " (walk slot " +
+                  std::to_string(c.live_walk_index[r]) + "): kernel " + std::to_string(got) + ", oracle " +
+                  std::to_string(want) + " (" + c.summary + ")");
+        }
+      }
+    }
+  });
+}
+
+// Stronger than poison: whatever a dead slot holds (here: random codes and metadata, finite or
+// not), the result is the same bit for bit. A kernel that read a dead slot and then multiplied
+// its weight by zero would pass a NaN check on luck alone; this one it would not.
+TEST(PagedAttentionProps, DeadSlotContentsAreNeverRead) {
+  check_property("paged decode attention/dead slots never read", kGateCases / 2, [] {
+    DecodeCase c = draw_case();
+    const KernelRun before = run_kernel(c, true);
+    std::mt19937_64 rng(*rc::gen::arbitrary<std::uint64_t>());
+    std::int64_t scribbled = 0;
+    for (std::size_t p = 0; p < c.walk.size(); ++p) {
+      const PageId id = c.walk[p];
+      const int tier = c.pool.owner(id).tier;
+      for (std::int64_t s = 0; s < c.pool.tokens_per_page(tier); ++s) {
+        if (c.pool.live(id, s)) continue;
+        PagePool::SlotCodes junk = c.pool.empty_codes(tier);
+        for (auto* v : {&junk.key, &junk.key_meta, &junk.value, &junk.value_meta}) {
+          for (std::uint8_t& b : *v) b = static_cast<std::uint8_t>(rng());
+        }
+        c.pool.store_codes(id, s, junk);
+        ++scribbled;
+      }
+    }
+    RC_CLASSIFY(scribbled > 0, "dead slots scribbled");
+    const KernelRun after = run_kernel(c, true);
+    RC_ASSERT(std::memcmp(before.out.data(), after.out.data(), before.out.size() * sizeof(float)) == 0);
+    RC_ASSERT(std::memcmp(before.probs.data(), after.probs.data(), before.probs.size() * sizeof(float)) == 0);
+  });
+}
+
+}  // namespace
+}  // namespace kvcheck

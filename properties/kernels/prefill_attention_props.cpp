@@ -1,0 +1,175 @@
+// Tiled causal prefill attention against the double oracle: for random lengths (1..300), GQA
+// head layouts, head sizes, tiles {1, 3, 16, 64} and observation windows {0, 1, 7, 32, > tokens},
+// the output rows equal reference/attention.h attention_ref and the column / window sums equal
+// oracles/retained_attention.h prefill_column_sums_ref, within the float tolerance derived below;
+// the result does not depend on the thread count, bit for bit.
+//   RC_PARAMS="seed=7 max_success=5000" build-attn/properties/kvcheck_property_tests --gtest_filter='PrefillAttentionProps.*'
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/prefill_attention.h"
+#include "oracles/retained_attention.h"
+#include "properties/support/property_check.h"
+#include "properties/support/quant_cases.h"
+
+namespace kvcheck {
+namespace {
+
+using testing::check_property;
+
+constexpr int kGateCases = 300;
+constexpr double kFloatEps = 0x1.0p-24;
+constexpr double kProbUnderflow = 0x1.0p-120;  // float exp(s - lse) underflows below 2^-126
+
+struct PrefillCase {
+  PrefillAttentionInput in;
+  std::vector<float> q, k, v;
+  std::string summary;
+};
+
+PrefillCase draw_case() {
+  PrefillCase c;
+  PrefillAttentionInput& in = c.in;
+  in.tokens = *rc::gen::inRange<std::int64_t>(1, 301);
+  in.n_kv_heads = *rc::gen::element<std::int64_t>(1, 2);
+  in.n_heads = in.n_kv_heads * *rc::gen::element<std::int64_t>(1, 2, 4);
+  in.head_dim = *rc::gen::element<std::int64_t>(4, 8, 16, 32);
+  in.tile = *rc::gen::element<std::int64_t>(1, 3, 16, 64);
+  const std::int64_t window = *rc::gen::element<std::int64_t>(0, 1, 7, 32, -1);
+  in.window = window < 0 ? in.tokens + 5 : window;
+  in.threads = *rc::gen::inRange(1, 4);
+  // Key magnitude sets how peaked the softmax is: flat (0.5), typical (1), sharp (4).
+  const float key_scale = *rc::gen::element(0.5f, 1.0f, 4.0f);
+  const auto seed = *rc::gen::arbitrary<std::uint64_t>();
+  in.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(in.head_dim)));  // attention_ref's scale
+  c.q = testing::make_values(testing::ValueDist::kNormal, in.tokens, in.n_heads * in.head_dim, seed);
+  c.k = testing::make_values(testing::ValueDist::kNormal, in.tokens, in.n_kv_heads * in.head_dim, seed + 1);
+  c.v = testing::make_values(testing::ValueDist::kNormal, in.tokens, in.n_kv_heads * in.head_dim, seed + 2);
+  for (float& x : c.k) x *= key_scale;
+  in.q = c.q;
+  in.k = c.k;
+  in.v = c.v;
+  std::ostringstream s;
+  s << "tokens " << in.tokens << ", heads " << in.n_heads << " / kv " << in.n_kv_heads << ", head_dim "
+    << in.head_dim << ", tile " << in.tile << ", window " << in.window << ", threads " << in.threads
+    << ", key scale " << key_scale;
+  c.summary = s.str();
+  RC_LOG() << c.summary << "\n";
+  RC_CLASSIFY(in.tokens % in.tile != 0, "partial last tile");
+  RC_CLASSIFY(in.window >= in.tokens, "window covers every query");
+  return c;
+}
+
+struct KernelRun {
+  std::vector<float> out, columns, window;
+  std::int64_t scratch = -1;
+};
+
+KernelRun run_kernel(const PrefillAttentionInput& in) {
+  KernelRun r;
+  r.out.assign(static_cast<std::size_t>(in.tokens * in.n_heads * in.head_dim), -1.0f);
+  r.columns.assign(static_cast<std::size_t>(in.n_heads * in.tokens), -1.0f);
+  r.window.assign(r.columns.size(), -1.0f);
+  prefill_attention(in, PrefillAttentionOutput{r.out, r.columns, r.window, &r.scratch});
+  return r;
+}
+
+// Relative float tolerance of one head, shared by its outputs and its column sums.
+//
+// Logits: a float dot of d products, |ŝ - s| <= δ = 2 (d + 4) u · scale · Σ|q_c| max|k_c| plus
+// 4 u |s| for the scaling and the exponent's subtraction (M below bounds |s|). The online softmax
+// rescales the accumulator once per key tile: (tokens / tile + 1) corrections of a few u each,
+// and sums up to tokens weights: (3 tokens + 8) u. The row's lse carries the same errors into
+// pass two's p = exp(s - lse). Probabilities (so outputs and column sums, sums of probabilities)
+// are then within a factor e^{±(2δ + that)}; twice it for the slack of the inequalities.
+double head_tolerance(const PrefillCase& c, std::int64_t h) {
+  const PrefillAttentionInput& in = c.in;
+  const std::int64_t d = in.head_dim, kv = h / (in.n_heads / in.n_kv_heads);
+  double max_k = 0.0, max_q_sum = 0.0;
+  for (std::int64_t j = 0; j < in.tokens; ++j) {
+    double q_sum = 0.0;
+    for (std::int64_t ch = 0; ch < d; ++ch) {
+      max_k = std::max(max_k, static_cast<double>(std::fabs(c.k[static_cast<std::size_t>((j * in.n_kv_heads + kv) * d + ch)])));
+      q_sum += std::fabs(c.q[static_cast<std::size_t>((j * in.n_heads + h) * d + ch)]);
+    }
+    max_q_sum = std::max(max_q_sum, q_sum);
+  }
+  const double logit_bound = in.scale * max_q_sum * max_k;  // M
+  const double delta = 2.0 * static_cast<double>(d + 4) * kFloatEps * logit_bound + 4.0 * kFloatEps * logit_bound;
+  const auto tokens = static_cast<double>(in.tokens);
+  const double rescales = tokens / static_cast<double>(in.tile) + 1.0;
+  const double sums = (3.0 * tokens + 8.0) * kFloatEps + rescales * (4.0 + 2.0 * logit_bound) * kFloatEps;
+  return 2.0 * std::expm1(2.0 * delta + 2.0 * sums);
+}
+
+TEST(PrefillAttentionProps, MatchesExactAttentionAndColumnSums) {
+  check_property("prefill attention/out, column and window sums vs attention_ref", kGateCases, [] {
+    const PrefillCase c = draw_case();
+    const PrefillAttentionInput& in = c.in;
+    const KernelRun k = run_kernel(in);
+    RC_ASSERT(k.scratch == prefill_attention_scratch_bytes(in, true));
+    const PrefillColumnSumsRef ref =
+        prefill_column_sums_ref(c.q, c.k, c.v, in.tokens, in.n_heads, in.n_kv_heads, in.head_dim, in.window);
+    const std::int64_t d = in.head_dim, width = in.n_heads * d;
+    for (std::int64_t h = 0; h < in.n_heads; ++h) {
+      const double rel = head_tolerance(c, h);
+      double max_v = 0.0;
+      for (float x : c.v) max_v = std::max(max_v, static_cast<double>(std::fabs(x)));
+      for (std::int64_t i = 0; i < in.tokens; ++i) {
+        for (std::int64_t ch = 0; ch < d; ++ch) {
+          const float got = k.out[static_cast<std::size_t>(i * width + h * d + ch)];
+          const double want = ref.out(i, h * d + ch);
+          if (!(std::fabs(got - want) <= rel * max_v)) {
+            RC_FAIL("out: head " + std::to_string(h) + ", query " + std::to_string(i) + ", channel " +
+                    std::to_string(ch) + ": kernel " + std::to_string(got) + ", oracle " + std::to_string(want) +
+                    " (" + c.summary + ")");
+          }
+        }
+      }
+      for (std::int64_t j = 0; j < in.tokens; ++j) {
+        const auto at = static_cast<std::size_t>(h * in.tokens + j);
+        const double slack = static_cast<double>(in.tokens) * kProbUnderflow;
+        if (!(std::fabs(k.columns[at] - ref.column_sums[at]) <= rel * ref.column_sums[at] + slack)) {
+          RC_FAIL("column sum: head " + std::to_string(h) + ", key " + std::to_string(j) + ": kernel " +
+                  std::to_string(k.columns[at]) + ", oracle " + std::to_string(ref.column_sums[at]) + " (" +
+                  c.summary + ")");
+        }
+        if (!(std::fabs(k.window[at] - ref.window_sums[at]) <= rel * ref.window_sums[at] + slack)) {
+          RC_FAIL("window sum: head " + std::to_string(h) + ", key " + std::to_string(j) + ": kernel " +
+                  std::to_string(k.window[at]) + ", oracle " + std::to_string(ref.window_sums[at]) + " (" +
+                  c.summary + ")");
+        }
+      }
+    }
+  });
+}
+
+// Heads are independent: splitting them over threads changes nothing, bit for bit; and leaving
+// the sums out changes no output (pass one alone is the same arithmetic).
+TEST(PrefillAttentionProps, ThreadsAndSumsDoNotChangeTheResult) {
+  check_property("prefill attention/threads and sums change nothing", kGateCases / 2, [] {
+    PrefillCase c = draw_case();
+    const KernelRun threaded = run_kernel(c.in);
+    PrefillAttentionInput one = c.in;
+    one.threads = 1;
+    const KernelRun single = run_kernel(one);
+    RC_ASSERT(std::memcmp(threaded.out.data(), single.out.data(), single.out.size() * sizeof(float)) == 0);
+    RC_ASSERT(std::memcmp(threaded.columns.data(), single.columns.data(), single.columns.size() * sizeof(float)) == 0);
+    RC_ASSERT(std::memcmp(threaded.window.data(), single.window.data(), single.window.size() * sizeof(float)) == 0);
+    std::vector<float> out_only(single.out.size(), -1.0f);
+    std::int64_t scratch = -1;
+    prefill_attention(c.in, PrefillAttentionOutput{out_only, {}, {}, &scratch});
+    RC_ASSERT(std::memcmp(out_only.data(), single.out.data(), out_only.size() * sizeof(float)) == 0);
+    RC_ASSERT(scratch == prefill_attention_scratch_bytes(c.in, false));
+  });
+}
+
+}  // namespace
+}  // namespace kvcheck

@@ -1,0 +1,200 @@
+// The optimized engine against the reference on small random models (known answers: identical
+// greedy tokens and float-level logits for full-fp32), the CPU backend's thread invariance, and
+// the engine's defined behaviour on bad input: a prompt longer than the context, an unknown
+// policy or device, NaN activations, a pool too small for a prompt.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "oracles/metrics.h"
+#include "optimized/cpu_backend.h"
+#include "optimized/engine.h"
+#include "optimized/pool_exhausted.h"
+#include "optimized/scheduler.h"
+#include "properties/support/model_fixtures.h"
+#include "reference/errors.h"
+#include "reference/generate.h"
+
+namespace kvcheck {
+namespace {
+
+using testing::test_tokens;
+using testing::tiny_config;
+using testing::tiny_model;
+
+std::unique_ptr<Engine> small_engine(const ReferenceModel& model, const std::string& policy, std::int64_t pages = 0,
+                                     int threads = 2) {
+  EngineOptions o;
+  o.policy = policy;
+  o.page_bytes = 512;
+  o.pages = pages;
+  o.threads = threads;
+  o.poison = true;
+  return make_engine(model, o);
+}
+
+TEST(Engine, FullFp32ReproducesTheReference) {
+  const ModelConfig c = tiny_config();
+  const ReferenceModel model = tiny_model(c, 7);
+  auto engine = small_engine(model, "full-fp32");
+  for (std::uint64_t seed = 0; seed < 4; ++seed) {
+    const std::vector<std::int32_t> prompt = test_tokens(5 + 17 * static_cast<std::int64_t>(seed), c.vocab_size, seed);
+    GenerateOptions go;
+    go.max_new_tokens = 40;
+    go.stop_at_eos = false;
+    go.keep_logits = true;
+    const GenerateResult ref = generate_greedy(model, prompt, go);
+    EngineGenerateOptions eo;
+    eo.max_new_tokens = 40;
+    eo.stop_at_eos = false;
+    eo.keep_logits = true;
+    const EngineGenerateResult got = engine_generate(*engine, static_cast<std::int64_t>(seed), prompt, eo);
+    EXPECT_EQ(got.generated, ref.generated) << "prompt seed " << seed;
+    ASSERT_EQ(static_cast<Eigen::Index>(got.logits.size()), ref.logits.size());
+    const double e = nmse(std::span<const float>(got.logits),
+                          std::span<const float>(ref.logits.data(), static_cast<std::size_t>(ref.logits.size())));
+    EXPECT_LT(e, 1e-9) << "prompt seed " << seed;
+    EXPECT_EQ(engine->cache->free_pages(), engine->cache->pool_pages()) << "pages freed after the request";
+  }
+}
+
+TEST(Engine, QuantizedPoliciesStayCloseAndOrdered) {
+  // int8 keeps logits much closer to the reference than int4; both are far from exact.
+  const ModelConfig c = tiny_config();
+  const ReferenceModel model = tiny_model(c, 11);
+  const std::vector<std::int32_t> prompt = test_tokens(60, c.vocab_size, 3);
+  const MatrixRM ref = model.forward(prompt);
+  std::map<std::string, double> err;
+  for (const char* policy : {"full-fp16", "int8", "int4"}) {
+    auto engine = small_engine(model, policy);
+    EngineGenerateOptions eo;
+    eo.max_new_tokens = 30;
+    eo.stop_at_eos = false;
+    eo.keep_logits = true;
+    eo.forced = std::span<const std::int32_t>(prompt).subspan(30);
+    const EngineGenerateResult got = engine_generate(*engine, 0, std::span<const std::int32_t>(prompt).first(30), eo);
+    // Rows 30 .. 59 read the compressed cache.
+    const auto V = static_cast<std::size_t>(c.vocab_size);
+    err[policy] = nmse(std::span<const float>(got.logits).subspan(30 * V, 30 * V),
+                       std::span<const float>(ref.data() + 30 * V, 30 * V));
+  }
+  EXPECT_LT(err["full-fp16"], 1e-5);
+  EXPECT_GT(err["int8"], err["full-fp16"]);
+  EXPECT_LT(err["int8"], 1e-2);
+  EXPECT_GT(err["int4"], 4 * err["int8"]);
+}
+
+TEST(Engine, CpuBackendIsThreadInvariant) {
+  const ModelConfig c = tiny_config();
+  const ReferenceModel model = tiny_model(c, 5);
+  const std::vector<std::int32_t> prompt = test_tokens(33, c.vocab_size, 9);
+  std::vector<std::vector<float>> logits;
+  for (int threads : {1, 2, 3}) {
+    auto engine = small_engine(model, "int8", 0, threads);
+    EngineGenerateOptions eo;
+    eo.max_new_tokens = 12;
+    eo.stop_at_eos = false;
+    eo.keep_logits = true;
+    logits.push_back(engine_generate(*engine, 0, prompt, eo).logits);
+  }
+  for (std::size_t i = 1; i < logits.size(); ++i) {
+    ASSERT_EQ(logits[i].size(), logits[0].size());
+    EXPECT_EQ(std::memcmp(logits[i].data(), logits[0].data(), logits[0].size() * sizeof(float)), 0)
+        << "threads differ in the last bits";
+  }
+}
+
+TEST(Engine, RejectsBadInputNamingIt) {
+  const ModelConfig c = tiny_config();
+  const ReferenceModel model = tiny_model(c, 5);
+  auto engine = small_engine(model, "full-fp32");
+  const std::vector<std::int32_t> too_long = test_tokens(c.max_position_embeddings + 1, c.vocab_size, 1);
+  try {
+    engine->runner->prefill(42, too_long);
+    FAIL() << "a prompt longer than the context was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("request 42"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("max_position_embeddings"), std::string::npos) << e.what();
+  }
+  const std::vector<std::int32_t> bad_id = {1, static_cast<std::int32_t>(c.vocab_size)};
+  EXPECT_THROW(engine->runner->prefill(1, bad_id), InputError);
+  EXPECT_FALSE(engine->cache->has(1));
+  EngineOptions o;
+  o.policy = "no-such-policy";
+  try {
+    make_engine(model, o);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("full-fp32"), std::string::npos) << "lists the known policies: " << e.what();
+  }
+  o.policy = "full-fp32";
+  o.device = "cuda";
+  EXPECT_THROW(make_engine(model, o), InputError);
+}
+
+TEST(Engine, NanActivationsAreRejectedNotStored) {
+  // A model whose layer-0 key projection is NaN produces NaN keys at the first token.
+  const ModelConfig c = tiny_config();
+  const ReferenceModel model = tiny_model(c, 5);
+  auto engine = small_engine(model, "int8");
+  engine->weights.layers[0].k.w(0, 0) = std::nanf("");
+  const std::int64_t before = engine->cache->free_pages();
+  try {
+    engine->runner->prefill(3, test_tokens(10, c.vocab_size, 1));
+    FAIL() << "NaN keys were stored";
+  } catch (const InputError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("request 3"), std::string::npos) << m;
+    EXPECT_NE(m.find("layer 0"), std::string::npos) << m;
+    EXPECT_NE(m.find("position 0"), std::string::npos) << m;
+  }
+  EXPECT_FALSE(engine->cache->has(3));
+  EXPECT_EQ(engine->cache->free_pages(), before) << "a failed prefill keeps no page";
+}
+
+TEST(Engine, PoolTooSmallForPromptKeepsNothing) {
+  const ModelConfig c = tiny_config();
+  const ReferenceModel model = tiny_model(c, 5);
+  auto engine = small_engine(model, "full-fp32", 6);
+  const std::vector<std::int32_t> prompt = test_tokens(40, c.vocab_size, 1);
+  ASSERT_GT(engine->cache->pages_for(40), 6);
+  ASSERT_LE(engine->cache->pages_for(2), 6);
+  EXPECT_THROW(engine->runner->prefill(0, prompt), PoolExhausted);
+  EXPECT_FALSE(engine->cache->has(0));
+  EXPECT_EQ(engine->cache->free_pages(), 6);
+  // Through the scheduler: rejected at submission, with the reason, and nothing else lost.
+  Scheduler s(*engine->runner, {});
+  s.submit({7, prompt, 4, false, 0});
+  s.submit({8, test_tokens(2, c.vocab_size, 2), 0, false, 0});
+  const std::vector<GenerationResult> r = s.run();
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].stop_reason, "error");
+  EXPECT_NE(r[0].error.find("request 7"), std::string::npos) << r[0].error;
+  EXPECT_NE(r[0].error.find("pool has 6"), std::string::npos) << r[0].error;
+  EXPECT_EQ(r[1].stop_reason, "max_new_tokens");
+  EXPECT_TRUE(r[1].tokens.empty());
+  EXPECT_THROW(s.submit({7, prompt, 1, false, 0}), InputError) << "duplicate id";
+}
+
+TEST(Engine, SwapOutAndInRestoresTheSameBytes) {
+  const ModelConfig c = tiny_config();
+  const ReferenceModel model = tiny_model(c, 5);
+  auto engine = small_engine(model, "int4");
+  const std::vector<std::int32_t> prompt = test_tokens(23, c.vocab_size, 4);
+  engine->runner->prefill(0, prompt);
+  const std::int64_t id = 0;
+  const std::int32_t tok = 3;
+  const std::int32_t pos = 23;
+  engine->runner->decode({&id, 1}, {&tok, 1}, {&pos, 1});
+  const PagedKvCache::Swapped out = engine->cache->swap_out(0);
+  EXPECT_EQ(out.tokens, 24);
+  EXPECT_FALSE(engine->cache->has(0));
+  engine->cache->swap_in(0, out);
+  const PagedKvCache::Swapped again = engine->cache->swap_out(0);
+  EXPECT_EQ(again.tokens, out.tokens);
+  EXPECT_TRUE(again.slots == out.slots);
+}
+
+}  // namespace
+}  // namespace kvcheck
