@@ -145,42 +145,9 @@ std::int64_t validate(const DecodeHeadInput& in, const DecodeHeadOutput& out) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Reading one slot's rows out of the tiled code segments (kv_bytes.h, CodeTiling).
-
-// Keys [row_units / (vec*group)][tokens][group][vec]: each chunk of vec*group units of a row is
-// contiguous, and chunk c + 1 of a slot sits `tokens` chunks after chunk c: one copy per chunk.
-void gather_key_row(const std::uint8_t* segment, const CodeTiling& t, std::int64_t tokens, std::int64_t slot,
-                    std::uint8_t* row) {
-  const std::int64_t chunk = t.vec * t.group * t.unit_bytes, bytes = row_bytes(t);
-  const std::uint8_t* src = segment + key_code_offset(t, tokens, slot, 0);
-  for (std::int64_t b = 0; b < bytes; b += chunk, src += tokens * chunk) {
-    std::memcpy(row + b, src, static_cast<std::size_t>(chunk));
-  }
-}
-
-// Values [row_units / group][tokens / vec][group][vec]: within a group of units, consecutive
-// units of one slot are vec units apart (the vec slots of a token vector sit between them), and
-// the next group of units starts tokens * group units further on.
-template <typename Unit>
-void gather_value_units(const std::uint8_t* segment, const CodeTiling& t, std::int64_t tokens, std::int64_t slot,
-                        std::uint8_t* row) {
-  constexpr auto ub = static_cast<std::int64_t>(sizeof(Unit));
-  // Locals, not t's fields: stores through row (bytes) could alias them and force reloads.
-  const std::int64_t vec = t.vec, group = t.group, bytes = row_bytes(t);
-  const std::uint8_t* src = segment + value_code_offset(t, tokens, slot, 0);
-  for (std::int64_t b = 0; b < bytes; b += group * ub, src += tokens * group * ub) {
-    for (std::int64_t u = 0; u < group; ++u) std::memcpy(row + b + u * ub, src + u * vec * ub, sizeof(Unit));
-  }
-}
-
-void gather_value_row(const std::uint8_t* segment, const CodeTiling& t, std::int64_t tokens, std::int64_t slot,
-                      std::uint8_t* row) {
-  switch (t.unit_bytes) {
-    case 1: gather_value_units<std::uint8_t>(segment, t, tokens, slot, row); return;
-    case 2: gather_value_units<std::uint16_t>(segment, t, tokens, slot, row); return;
-    default: gather_value_units<std::uint32_t>(segment, t, tokens, slot, row); return;
-  }
-}
+// Decoding one slot's rows straight out of the tiled code segments (kv_bytes.h, CodeTiling): no
+// copy of the row first. A storage unit is one fp32 / fp16 element, or one byte of 8 / b INT
+// codes.
 
 // quant::f16_to_float with a bit mask in place of its branch (the same two formulas, so the same
 // bits for every input): the loops below vectorise, which a per-element branch prevents.
@@ -197,37 +164,70 @@ void decode_f16_row(const std::uint16_t* row, std::int64_t d, float* x) {
   for (std::int64_t c = 0; c < d; ++c) x[c] = f16_to_float_select(row[c]);
 }
 
-// Codes 0 .. 2^b - 1 as floats (exact), unpacked little end first (kernels/cpu/bitpack.h).
-template <int kBits>
-void unpack_codes_as_floats(const std::uint8_t* row, std::int64_t d, float* x) {
-  constexpr int kPerByte = 8 / kBits;
-  constexpr unsigned kMask = (1U << kBits) - 1U;
-  for (std::int64_t b = 0; b < d / kPerByte; ++b) {
-    const unsigned byte = row[b];
-    for (int k = 0; k < kPerByte; ++k) x[b * kPerByte + k] = static_cast<float>((byte >> (k * kBits)) & kMask);
+// `units` storage units, unit i at src + i * stride bytes, into floats: the fp32 / fp16 values,
+// or for INT the codes themselves (0 .. 2^b - 1, exact in float), little end first
+// (kernels/cpu/bitpack.h). kStride 0: the stride is the runtime `stride`; else it is kStride.
+template <KvDType kType, int kBits, std::int64_t kStride>
+void decode_units(const std::uint8_t* src, std::int64_t units, std::int64_t stride, float* x) {
+  const std::int64_t step = kStride != 0 ? kStride : stride;
+  for (std::int64_t i = 0; i < units; ++i) {
+    const std::uint8_t* unit = src + i * step;
+    if constexpr (kType == KvDType::kFp32) {
+      std::memcpy(x + i, unit, sizeof(float));
+    } else if constexpr (kType == KvDType::kFp16) {
+      std::uint16_t h;
+      std::memcpy(&h, unit, sizeof h);  // a plain load once compiled; no aliasing question
+      x[i] = f16_to_float_select(h);
+    } else {
+      constexpr int kPerByte = 8 / kBits;
+      constexpr unsigned kMask = (1U << kBits) - 1U;
+      const unsigned byte = *unit;
+      for (int k = 0; k < kPerByte; ++k) x[i * kPerByte + k] = static_cast<float>((byte >> (k * kBits)) & kMask);
+    }
   }
 }
 
-// A row's elements as floats: the fp32 / fp16 values, or for INT the codes themselves.
-void decode_row(const KvFormat& f, const std::uint8_t* row, std::int64_t d, float* x) {
+// One dispatch per row instead of per unit. kContiguous: units back to back (key chunks).
+template <bool kContiguous>
+void decode_units(const KvFormat& f, const std::uint8_t* src, std::int64_t units, std::int64_t stride, float* x) {
   switch (f.dtype) {
-    case KvDType::kFp32:
-      std::memcpy(x, row, static_cast<std::size_t>(d) * sizeof(float));
-      return;
-    case KvDType::kFp16:
-      for (std::int64_t c = 0; c < d; ++c) {
-        std::uint16_t h;
-        std::memcpy(&h, row + 2 * c, sizeof h);  // a plain load once compiled; no aliasing question
-        x[c] = f16_to_float_select(h);
-      }
-      return;
+    case KvDType::kFp32: decode_units<KvDType::kFp32, 0, kContiguous ? 4 : 0>(src, units, stride, x); return;
+    case KvDType::kFp16: decode_units<KvDType::kFp16, 0, kContiguous ? 2 : 0>(src, units, stride, x); return;
     case KvDType::kInt:
       switch (f.spec.bits) {
-        case 8: unpack_codes_as_floats<8>(row, d, x); return;
-        case 4: unpack_codes_as_floats<4>(row, d, x); return;
-        default: unpack_codes_as_floats<2>(row, d, x); return;
+        case 8: decode_units<KvDType::kInt, 8, kContiguous ? 1 : 0>(src, units, stride, x); return;
+        case 4: decode_units<KvDType::kInt, 4, kContiguous ? 1 : 0>(src, units, stride, x); return;
+        default: decode_units<KvDType::kInt, 2, kContiguous ? 1 : 0>(src, units, stride, x); return;
       }
     case KvDType::kFp8E4M3: break;  // rejected by validate()
+  }
+}
+
+std::int64_t elements_per_unit(const KvFormat& f) {
+  return f.dtype == KvDType::kInt ? f.spec.codes_per_byte() : 1;
+}
+
+// Keys [row_units / (vec*group)][tokens][group][vec]: a row is chunks of vec*group contiguous
+// units, chunk c + 1 of a slot `tokens` chunks after its chunk c.
+void decode_key_row(const KvFormat& f, const CodeTiling& t, const std::uint8_t* segment, std::int64_t tokens,
+                    std::int64_t slot, float* x) {
+  const std::int64_t chunk_units = t.vec * t.group, chunk_bytes = chunk_units * t.unit_bytes;
+  const std::int64_t per_unit = elements_per_unit(f);
+  const std::uint8_t* src = segment + key_code_offset(t, tokens, slot, 0);
+  for (std::int64_t u = 0; u < t.row_units; u += chunk_units, src += tokens * chunk_bytes) {
+    decode_units<true>(f, src, chunk_units, t.unit_bytes, x + u * per_unit);
+  }
+}
+
+// Values [row_units / group][tokens / vec][group][vec]: within a group of units, consecutive
+// units of one slot are vec units apart (the vec slots of a token vector sit between them); the
+// next group of units starts tokens * group units further on.
+void decode_value_row(const KvFormat& f, const CodeTiling& t, const std::uint8_t* segment, std::int64_t tokens,
+                      std::int64_t slot, float* x) {
+  const std::int64_t per_unit = elements_per_unit(f);
+  const std::uint8_t* src = segment + value_code_offset(t, tokens, slot, 0);
+  for (std::int64_t u = 0; u < t.row_units; u += t.group, src += tokens * t.group * t.unit_bytes) {
+    decode_units<false>(f, src, t.group, t.vec * t.unit_bytes, x + u * per_unit);
   }
 }
 
@@ -269,7 +269,6 @@ struct Scratch {
   std::vector<float> q_sums;  // [group]: Σ_c q_gc, the zero's coefficient in the fused INT dot
   std::vector<float> maxima;  // [group]
   std::vector<float> sums;    // [group]: Σ weights
-  std::vector<std::uint8_t> row;  // the widest code row of any tier (or fp16 residual row)
 };
 
 Scratch make_scratch(const DecodeHeadInput& in, std::int64_t slots) {
@@ -281,9 +280,6 @@ Scratch make_scratch(const DecodeHeadInput& in, std::int64_t slots) {
   s.q_sums.assign(g, 0.0f);
   s.maxima.assign(g, -std::numeric_limits<float>::infinity());
   s.sums.assign(g, 0.0f);
-  std::int64_t widest = 0;
-  for (const TierRead& t : in.tiers) widest = std::max({widest, row_bytes(t.key_tiling), row_bytes(t.value_tiling)});
-  s.row.assign(static_cast<std::size_t>(widest), 0);
   for (std::size_t k = 0; k < g; ++k) {
     for (std::size_t c = 0; c < d; ++c) s.q_sums[k] += in.q[k * d + c];
   }
@@ -329,8 +325,7 @@ void key_walk(const DecodeHeadInput& in, Scratch& s, std::int64_t slots) {
     const std::int64_t n = t.layout.tokens;
     for (std::int64_t slot = 0; slot < n; ++slot) {
       if (!slot_live(page.live, slot)) continue;  // poison: never read
-      gather_key_row(bytes + t.layout.key_codes.offset, t.key_tiling, n, slot, s.row.data());
-      decode_row(t.tier.key, s.row.data(), in.head_dim, s.x.data());
+      decode_key_row(t.tier.key, t.key_tiling, bytes + t.layout.key_codes.offset, n, slot, s.x.data());
       const TokenMeta meta = quantized ? read_meta(bytes, t.layout.key_meta, slot) : TokenMeta{};
       slot_logits(in, s, slots, j + slot, quantized, meta);
     }
@@ -354,8 +349,7 @@ void value_walk(const DecodeHeadInput& in, Scratch& s, std::int64_t slots, float
         dead_slot(in, s, slots, j + slot);
         continue;
       }
-      gather_value_row(bytes + t.layout.value_codes.offset, t.value_tiling, n, slot, s.row.data());
-      decode_row(t.tier.value, s.row.data(), in.head_dim, s.x.data());
+      decode_value_row(t.tier.value, t.value_tiling, bytes + t.layout.value_codes.offset, n, slot, s.x.data());
       if (quantized) {
         // v̂ = fl(code * s + z): quantize.h's dequantize, value for value.
         const TokenMeta meta = read_meta(bytes, t.layout.value_meta, slot);

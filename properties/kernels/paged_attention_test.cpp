@@ -163,6 +163,46 @@ TEST(PagedAttention, ResidualTokensAndGqaHeads) {
   EXPECT_NEAR(probs[3], 0.5, kTol);
 }
 
+// One token attends to itself with probability 1, so out is its value exactly (0 + 1·v, / 1):
+// every finite fp16 value (subnormals, ±0, ±65504) decodes to the float quant::f16_to_float gives,
+// through the residual path and through an fp16 page.
+TEST(PagedAttention, EveryFiniteFp16ValueDecodesExactly) {
+  std::vector<std::uint16_t> finite;
+  for (std::uint32_t h = 0; h < 0x10000U; ++h) {
+    if ((h & 0x7C00U) != 0x7C00U) finite.push_back(static_cast<std::uint16_t>(h));
+  }
+  const std::int64_t d = 1024;
+  finite.resize((finite.size() + d - 1) / d * d, 0);
+  const KvTier fp16_tier{fp16_format(), fp16_format()};
+  const std::vector<float> q(static_cast<std::size_t>(d), 0.0f);
+  const std::vector<std::uint16_t> zero_key(static_cast<std::size_t>(d), 0);
+  std::vector<float> out(static_cast<std::size_t>(d));
+  for (std::size_t at = 0; at < finite.size(); at += static_cast<std::size_t>(d)) {
+    const std::span<const std::uint16_t> values(finite.data() + at, static_cast<std::size_t>(d));
+    DecodeHeadInput residual;
+    residual.head_dim = d;
+    residual.scale = 1.0f;
+    residual.residual_tokens = 1;
+    residual.residual_keys = zero_key;
+    residual.residual_values = values;
+    residual.q = q;
+    paged_decode_attention(residual, {out, {}});
+    for (std::int64_t c = 0; c < d; ++c) {
+      ASSERT_EQ(out[static_cast<std::size_t>(c)], quant::f16_to_float(values[static_cast<std::size_t>(c)]))
+          << "residual, fp16 bits " << values[static_cast<std::size_t>(c)];
+    }
+    OnePage page(fp16_tier, d, 16384);
+    std::vector<std::uint8_t> key_row(static_cast<std::size_t>(2 * d), 0), value_row(key_row.size());
+    std::memcpy(value_row.data(), values.data(), value_row.size());
+    page.put(1, {key_row, {}, value_row, {}});
+    paged_decode_attention(page.input(q, 1.0f), {out, {}});
+    for (std::int64_t c = 0; c < d; ++c) {
+      ASSERT_EQ(out[static_cast<std::size_t>(c)], quant::f16_to_float(values[static_cast<std::size_t>(c)]))
+          << "page slot 1, fp16 bits " << values[static_cast<std::size_t>(c)];
+    }
+  }
+}
+
 // Walk order: page 0's slots, page 1's slots, then the residual; the same token anywhere along
 // the walk gets the same probability.
 TEST(PagedAttention, ProbsFollowTheWalkOrder) {
