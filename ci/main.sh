@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The main job on the embedded default model (datasets/models/kvcheck-tiny): set up, build, then
-#   1. generate with the reference transformer from a pass-key retrieval prompt, and
+#   1. generate with the reference transformer from a pass-key retrieval prompt,
 #   2. evaluate it: held-out perplexity vs unigram, retrieval exact match by context length, and
-#      the attention-structure report (JSON in $build_dir/reports/eval-embedded.json).
+#      the attention-structure report (JSON in $build_dir/reports/eval-embedded.json), and
+#   3. verify the optimized engine (CPU backend) against the reference, full-fp32 and full-fp16
+#      (JSON in $build_dir/reports/verify-*.json).
 # KVCHECK_EVAL_LIMIT (default 48) bounds the evaluation; set it to 0 for the full sets.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,3 +27,6 @@ limit=${KVCHECK_EVAL_LIMIT:-48}
 limit_args=()
 [[ $limit -gt 0 ]] && limit_args=(--limit "$limit")
 "$kvcheck" eval --task all "${limit_args[@]}" --json "$build_dir/reports/eval-embedded.json"
+for policy in full-fp32 full-fp16; do
+  "$kvcheck" verify --policy "$policy" --prompts 8 --max-new-tokens 64 --json "$build_dir/reports/verify-$policy.json"
+done
