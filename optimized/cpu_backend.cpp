@@ -42,9 +42,10 @@ CpuBackend::CpuBackend(int threads)
 
 CpuBackend::~CpuBackend() = default;
 
-void CpuBackend::parallel(std::int64_t n, const std::function<void(std::int64_t)>& task) {
+void CpuBackend::parallel(std::int64_t n, const std::function<void(std::int64_t)>& task, std::int64_t work) {
   if (n <= 0) return;
-  if (!pool_ || n == 1) {
+  constexpr std::int64_t kMinParallelWork = std::int64_t{1} << 21;
+  if (!pool_ || n == 1 || work < kMinParallelWork) {
     for (std::int64_t i = 0; i < n; ++i) task(i);
     return;
   }
@@ -92,7 +93,7 @@ void CpuBackend::linear(const DenseWeight& w, std::span<const float> x, std::int
     if (!w.bias.empty()) {
       for (std::int64_t i = 0; i < n; ++i) yr[i] += w.bias[static_cast<std::size_t>(a + i)];
     }
-  });
+  }, rows * out * in);
 }
 
 void CpuBackend::linear_prefill(const DenseWeight& w, std::span<const float> x, std::int64_t rows,
@@ -177,9 +178,12 @@ void CpuBackend::prefill_attention(const PrefillAttentionInput& in, const Prefil
 
 void CpuBackend::decode_attention(std::span<const DecodeHeadInput> in, std::span<const DecodeHeadOutput> out) {
   check_size(out.size(), static_cast<std::int64_t>(in.size()), "decode attention outputs");
+  // Work: every head reads its slots' keys and values once per query head.
+  std::int64_t work = 0;
+  for (const DecodeHeadInput& h : in) work += decode_slots(h) * h.head_dim * h.group * 2;
   parallel(static_cast<std::int64_t>(in.size()), [&](std::int64_t i) {
     paged_decode_attention(in[static_cast<std::size_t>(i)], out[static_cast<std::size_t>(i)]);
-  });
+  }, work);
 }
 
 }  // namespace kvcheck

@@ -7,6 +7,7 @@
 // results are bit-identical for 1 or N threads and for any batch composition.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 
@@ -35,7 +36,9 @@ class CpuBackend final : public Backend {
   void decode_attention(std::span<const DecodeHeadInput> in, std::span<const DecodeHeadOutput> out) override;
 
   // Runs task(i) for i in [0, n) on the pool (the caller takes part); rethrows the first error.
-  void parallel(std::int64_t n, const std::function<void(std::int64_t)>& task);
+  // `work` estimates the multiply-adds of all tasks together: below about 2M the handoff to the
+  // pool costs more than it saves, and the tasks run on the caller (same chunks, same results).
+  void parallel(std::int64_t n, const std::function<void(std::int64_t)>& task, std::int64_t work = INT64_MAX);
 
  private:
   struct Pool;  // an Eigen::ThreadPool of threads - 1 workers (the caller is the last thread)
