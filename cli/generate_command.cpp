@@ -1,4 +1,5 @@
-// kvcheck generate: greedy generation with the reference model.
+// kvcheck generate: greedy generation with the reference model, or with the optimized engine
+// (--engine optimized: same stop rules, same logits rows for --dump-logits).
 #include <algorithm>
 #include <charconv>
 #include <filesystem>
@@ -122,12 +123,12 @@ int run_generate(const GenerateArgs& args) {
     }
     fmt::print("engine: optimized, device {}, policy {}\n", args.device, args.policy);
   } else {
-  GenerateOptions options;
-  options.max_new_tokens = args.max_new_tokens;
-  options.path = args.decode_path == "recompute" ? DecodePath::kFullRecompute : DecodePath::kKVCache;
-  options.stop_at_eos = !args.ignore_eos;
-  options.keep_logits = !args.dump_logits.empty();
-  result = generate_greedy(model, prompt, options);
+    GenerateOptions options;
+    options.max_new_tokens = args.max_new_tokens;
+    options.path = args.decode_path == "recompute" ? DecodePath::kFullRecompute : DecodePath::kKVCache;
+    options.stop_at_eos = !args.ignore_eos;
+    options.keep_logits = !args.dump_logits.empty();
+    result = generate_greedy(model, prompt, options);
   }
 
   fmt::print("prompt ids: {}\n", fmt::join(prompt, " "));
