@@ -18,6 +18,7 @@
 
 #include "kernels/cpu/page_codes.h"
 #include "kernels/quant_math.h"
+#include "kernels/cpu/row_ops.h"
 #include "reference/errors.h"
 
 namespace kvcheck {
@@ -245,22 +246,8 @@ TokenMeta read_meta(const std::uint8_t* page, const PageSegment& segment, std::i
 // ---------------------------------------------------------------------------------------------
 // Float arithmetic of the walks.
 
-// Eight independent partial sums: the compiler can keep them in one vector register without
-// reassociating anything (-ffp-contract=off, no fast-math), and the result is deterministic.
-float dot(const float* a, const float* b, std::int64_t n) {
-  float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  std::int64_t c = 0;
-  for (; c + 8 <= n; c += 8) {
-    for (int l = 0; l < 8; ++l) lane[l] += a[c + l] * b[c + l];
-  }
-  float tail = 0.0f;
-  for (; c < n; ++c) tail += a[c] * b[c];
-  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7])) + tail;
-}
-
-void axpy(float w, const float* x, float* y, std::int64_t n) {
-  for (std::int64_t c = 0; c < n; ++c) y[c] += w * x[c];
-}
+using row_ops::axpy;
+using row_ops::dot;
 
 // Per-call scratch, allocated once: no allocation per slot.
 struct Scratch {

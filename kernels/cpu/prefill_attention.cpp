@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/cpu/parallel_for.h"
+#include "kernels/cpu/row_ops.h"
 #include "reference/errors.h"
 
 namespace kvcheck {
@@ -63,25 +64,9 @@ std::int64_t scratch_floats_per_worker(const PrefillAttentionInput& in, bool pas
   return t * t + 2 * t + (pass_two ? in.tokens : 0);
 }
 
-// Float arithmetic: eight independent partial sums (vectorisable without reassociation).
-float dot(const float* a, const float* b, std::int64_t n) {
-  float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  std::int64_t c = 0;
-  for (; c + 8 <= n; c += 8) {
-    for (int l = 0; l < 8; ++l) lane[l] += a[c + l] * b[c + l];
-  }
-  float tail = 0.0f;
-  for (; c < n; ++c) tail += a[c] * b[c];
-  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7])) + tail;
-}
-
-void axpy(float w, const float* x, float* y, std::int64_t n) {
-  for (std::int64_t c = 0; c < n; ++c) y[c] += w * x[c];
-}
-
-void scale_row(float w, float* y, std::int64_t n) {
-  for (std::int64_t c = 0; c < n; ++c) y[c] *= w;
-}
+using row_ops::axpy;
+using row_ops::dot;
+using row_ops::scale_row;
 
 // The head's view of the inputs: row pointers of query head h and its kv head.
 struct HeadView {
