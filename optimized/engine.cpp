@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "optimized/cpu_backend.h"
+#include "optimized/greedy_decoding.h"
 #include "reference/errors.h"
 
 namespace kvcheck {
@@ -41,26 +42,9 @@ EngineGenerateResult engine_generate(Engine& engine, std::int64_t request, std::
   const ModelConfig& c = engine.weights.config;
   const auto V = static_cast<std::size_t>(c.vocab_size);
   EngineGenerateResult r;
-  auto argmax = [&](std::span<const float> row, std::int64_t position) {
-    std::int32_t best = 0;
-    for (std::size_t i = 0; i < row.size(); ++i) {
-      if (std::isnan(row[i])) {
-        throw InputError(fmt::format("request {}: logit {} at position {} is NaN", request, i, position));
-      }
-      if (row[i] > row[static_cast<std::size_t>(best)]) best = static_cast<std::int32_t>(i);
-    }
-    return best;
-  };
-  const auto stop_reason = [&]() -> const char* {
-    if (options.stop_at_eos && !r.generated.empty() &&
-        std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), r.generated.back()) != c.eos_token_ids.end()) {
-      return "eos";
-    }
-    if (static_cast<std::int64_t>(r.generated.size()) >= options.max_new_tokens) return "max_new_tokens";
-    if (static_cast<std::int64_t>(prompt.size() + r.generated.size()) >= c.max_position_embeddings) {
-      return "max_position_embeddings";
-    }
-    return nullptr;
+  const auto stop_reason = [&] {
+    return greedy_stop_reason(c, static_cast<std::int64_t>(prompt.size()), r.generated, options.max_new_tokens,
+                              options.stop_at_eos);
   };
   try {
     std::vector<float> last;
@@ -70,7 +54,7 @@ EngineGenerateResult engine_generate(Engine& engine, std::int64_t request, std::
     }
     while (reason == nullptr) {
       const std::int64_t position = static_cast<std::int64_t>(prompt.size() + r.generated.size());
-      const std::int32_t greedy = argmax(last, position - 1);
+      const std::int32_t greedy = greedy_token(request, last, position - 1);
       const std::size_t step = r.generated.size();
       const std::int32_t next = step < options.forced.size() ? options.forced[step] : greedy;
       r.greedy.push_back(greedy);

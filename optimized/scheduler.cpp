@@ -6,6 +6,7 @@
 #include <cmath>
 #include <utility>
 
+#include "optimized/greedy_decoding.h"
 #include "optimized/pool_exhausted.h"
 #include "reference/errors.h"
 
@@ -65,12 +66,9 @@ void Scheduler::submit(GenerationRequest request) {
   waiting_.push_back(std::move(r));
 }
 
-bool Scheduler::done(const Running& r) const {
-  const ModelConfig& c = runner_.weights().config;
-  return (r.request.stop_at_eos && !r.result.tokens.empty() &&
-          std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), r.result.tokens.back()) != c.eos_token_ids.end()) ||
-         static_cast<std::int64_t>(r.result.tokens.size()) >= r.request.max_new_tokens ||
-         context(r) >= c.max_position_embeddings;
+const char* Scheduler::stop_reason(const Running& r) const {
+  return greedy_stop_reason(runner_.weights().config, static_cast<std::int64_t>(r.request.prompt.size()),
+                            r.result.tokens, r.request.max_new_tokens, r.request.stop_at_eos);
 }
 
 void Scheduler::finish(Running& r, const std::string& reason) {
@@ -87,17 +85,6 @@ void Scheduler::fail(Running& r, const std::string& error) {
   r.result.finished_step = step_;
   log(r.result.error);
   results_[r.request.id] = r.result;
-}
-
-std::int32_t Scheduler::next_token(std::int64_t request, std::span<const float> logits) const {
-  std::int32_t best = 0;
-  for (std::size_t i = 0; i < logits.size(); ++i) {
-    if (std::isnan(logits[i])) {
-      throw InputError(fmt::format("request {}: logit {} is NaN (the forward pass produced a NaN)", request, i));
-    }
-    if (logits[i] > logits[static_cast<std::size_t>(best)]) best = static_cast<std::int32_t>(i);
-  }
-  return best;
 }
 
 void Scheduler::start(Running& r) {
@@ -129,8 +116,10 @@ void Scheduler::start(Running& r) {
     r.recompute = false;
     return;
   }
-  r.result.tokens.push_back(next_token(id, {logits.data() + logits.size() - c.vocab_size,
-                                            static_cast<std::size_t>(c.vocab_size)}));
+  r.result.tokens.push_back(greedy_token(id,
+                                         {logits.data() + logits.size() - c.vocab_size,
+                                          static_cast<std::size_t>(c.vocab_size)},
+                                         static_cast<std::int64_t>(r.request.prompt.size()) - 1));
 }
 
 void Scheduler::admit() {
@@ -148,10 +137,11 @@ void Scheduler::admit() {
                       used, pool, limit));
       break;
     }
-    if (r.result.tokens.empty() && done(r)) {  // max_new_tokens 0, or a prompt filling the context
+    // max_new_tokens 0, or a prompt filling the context: done before any forward.
+    if (const char* reason = r.result.tokens.empty() ? stop_reason(r) : nullptr) {
       Running nothing = std::move(r);
       waiting_.pop_front();
-      finish(nothing, nothing.request.max_new_tokens <= 0 ? "max_new_tokens" : "max_position_embeddings");
+      finish(nothing, reason);
       continue;
     }
     try {
@@ -175,15 +165,8 @@ void Scheduler::admit() {
     r.admit_order = admit_counter_++;
     Running admitted = std::move(r);
     waiting_.pop_front();
-    if (done(admitted)) {
-      const ModelConfig& c = runner_.weights().config;
-      const bool eos = admitted.request.stop_at_eos && !admitted.result.tokens.empty() &&
-                       std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), admitted.result.tokens.back()) !=
-                           c.eos_token_ids.end();
-      finish(admitted, eos ? "eos"
-                       : static_cast<std::int64_t>(admitted.result.tokens.size()) >= admitted.request.max_new_tokens
-                           ? "max_new_tokens"
-                           : "max_position_embeddings");
+    if (const char* reason = stop_reason(admitted)) {
+      finish(admitted, reason);
       continue;
     }
     running_.push_back(std::move(admitted));
@@ -257,20 +240,16 @@ void Scheduler::decode() {
     for (std::size_t i = 0; i < running_.size(); ++i) {
       Running& r = running_[i];
       try {
-        r.result.tokens.push_back(next_token(
-            r.request.id, {logits.data() + i * static_cast<std::size_t>(c.vocab_size), static_cast<std::size_t>(c.vocab_size)}));
+        r.result.tokens.push_back(greedy_token(
+            r.request.id,
+            {logits.data() + i * static_cast<std::size_t>(c.vocab_size), static_cast<std::size_t>(c.vocab_size)},
+            positions[i]));
       } catch (const InputError& e) {
         fail(r, e.what());
         continue;
       }
-      if (done(r)) {
-        const bool eos = r.request.stop_at_eos &&
-                         std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), r.result.tokens.back()) !=
-                             c.eos_token_ids.end();
-        finish(r, eos ? "eos"
-                  : static_cast<std::int64_t>(r.result.tokens.size()) >= r.request.max_new_tokens
-                      ? "max_new_tokens"
-                      : "max_position_embeddings");
+      if (const char* reason = stop_reason(r)) {
+        finish(r, reason);
       } else {
         still.push_back(std::move(r));
       }

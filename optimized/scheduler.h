@@ -112,8 +112,8 @@ class Scheduler {
   void preempt(Running& r);
   void finish(Running& r, const std::string& reason);
   void fail(Running& r, const std::string& error);
-  bool done(const Running& r) const;
-  std::int32_t next_token(std::int64_t request, std::span<const float> logits) const;
+  // Why the request stops now (optimized/greedy_decoding.h), or nullptr.
+  const char* stop_reason(const Running& r) const;
   std::int64_t context(const Running& r) const {
     return static_cast<std::int64_t>(r.request.prompt.size() + r.result.tokens.size());
   }
