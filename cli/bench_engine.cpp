@@ -1,13 +1,18 @@
 // kvcheck bench --engine: generation throughput of the optimized engine against the reference,
 // measured side by side in one run on the same prompts (seeded random ids) and the same machine:
-//   reference  batch 1, reference/generate.h's KV-cache path (the oracle, double precision);
-//   engine     batch 1, the same requests one after another;
-//   engine     batch B, B requests through the scheduler, all arriving at step 0.
-// Tokens/s counts generated tokens over wall time, prefill included. Ratios are engine / reference.
+//   reference            batch 1, reference/generate.h's KV-cache path (the oracle, double
+//                        precision, one position per step over a contiguous cache);
+//   reference recompute  batch 1, the reference's full-recompute path (every step runs the whole
+//                        sequence again: the "full forward" of DESIGN.md's data flow), one request;
+//   engine               batch 1, the same requests one after another;
+//   engine               batch B, B requests through the scheduler, all arriving at step 0.
+// Tokens/s counts generated tokens over wall time, prefill included. Ratios are engine tokens/s
+// over each reference path's tokens/s.
 //
-// JSON: format "kvcheck-bench-engine", version 1; model, policy, threads, prompt_tokens,
-// new_tokens, batch; runs: [{name, requests, tokens, seconds, tokens_per_s}]; ratios:
-// {batch1, batchB}.
+// JSON: format "kvcheck-bench-engine", version 2; model, policy, threads, linear_isa,
+// prompt_tokens, new_tokens, batch, seed; runs: [{name, requests, tokens, seconds, tokens_per_s}];
+// ratios: {batch1, batchB} against the KV-cache reference; ratios_vs_recompute: the same against
+// the full-recompute reference.
 #include <chrono>
 #include <random>
 
@@ -16,6 +21,7 @@
 
 #include "cli/commands.h"
 #include "cli/json_file.h"
+#include "kernels/cpu/linear_rows.h"
 #include "optimized/engine.h"
 #include "optimized/scheduler.h"
 #include "reference/errors.h"
@@ -50,18 +56,22 @@ int run_engine_bench(const BenchArgs& args) {
   std::vector<Run> runs;
   // Batch-1 runs use a few requests: enough for a stable rate, few enough for the slow reference.
   const std::int64_t solo = std::min<std::int64_t>(args.batch, 4);
-  {
-    Run r{"reference batch 1", solo, 0, 0.0};
+  auto reference_run = [&](const std::string& name, std::int64_t requests, DecodePath path) {
+    Run r{name, requests, 0, 0.0};
     const auto t0 = Clock::now();
-    for (std::int64_t i = 0; i < solo; ++i) {
+    for (std::int64_t i = 0; i < requests; ++i) {
       GenerateOptions go;
       go.max_new_tokens = args.new_tokens;
       go.stop_at_eos = false;
+      go.path = path;
       r.tokens += static_cast<std::int64_t>(generate_greedy(model, prompts[static_cast<std::size_t>(i)], go).generated.size());
     }
     r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     runs.push_back(r);
-  }
+  };
+  reference_run("reference batch 1", solo, DecodePath::kKVCache);
+  // One request: each of its steps costs a whole prefill.
+  reference_run("reference recompute", 1, DecodePath::kFullRecompute);
   EngineOptions eo;
   eo.policy = args.policy;
   eo.threads = args.threads;
@@ -95,18 +105,27 @@ int run_engine_bench(const BenchArgs& args) {
     r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     runs.push_back(r);
   }
-  fmt::print("kvcheck bench --engine: {} ({} layers, hidden {}), policy {}, {} threads; prompts of {} tokens "
-             "(seed {}), {} new tokens each\n\n",
+  fmt::print("kvcheck bench --engine: {} ({} layers, hidden {}), policy {}, {} threads, {} linear kernel; prompts "
+             "of {} tokens (seed {}), {} new tokens each\n\n",
              dir.string(), c.num_hidden_layers, c.hidden_size, args.policy, engine->backend->threads(),
+             linear_isa_name(linear_rows_isa()),
              args.prompt_tokens, args.seed, args.new_tokens);
   fmt::print("{:<20} {:>9} {:>9} {:>10} {:>12}\n", "run", "requests", "tokens", "seconds", "tokens/s");
   for (const Run& r : runs) {
     fmt::print("{:<20} {:>9} {:>9} {:>10.3f} {:>12.1f}\n", r.name, r.requests, r.tokens, r.seconds, r.rate());
   }
-  const double ratio1 = runs[1].rate() / runs[0].rate();
-  const double ratioB = runs[2].rate() / runs[0].rate();
-  fmt::print("\nengine / reference tokens/s: batch 1 {:.1f}x, batch {} {:.1f}x (aggregate)\n", ratio1, args.batch,
-             ratioB);
+  const Run& cached = runs[0];
+  const Run& recompute = runs[1];
+  const Run& solo_engine = runs[2];
+  const Run& batched = runs[3];
+  const double ratio1 = solo_engine.rate() / cached.rate();
+  const double ratioB = batched.rate() / cached.rate();
+  const double recompute1 = solo_engine.rate() / recompute.rate();
+  const double recomputeB = batched.rate() / recompute.rate();
+  fmt::print("\nengine / reference (KV cache) tokens/s:  batch 1 {:.1f}x, batch {} {:.1f}x (aggregate)\n", ratio1,
+             args.batch, ratioB);
+  fmt::print("engine / reference (recompute) tokens/s: batch 1 {:.1f}x, batch {} {:.1f}x (aggregate)\n", recompute1,
+             args.batch, recomputeB);
   if (!args.json.empty()) {
     nlohmann::json rows = nlohmann::json::array();
     for (const Run& r : runs) {
@@ -115,16 +134,18 @@ int run_engine_bench(const BenchArgs& args) {
     }
     write_json_atomically(args.json,
                           {{"format", "kvcheck-bench-engine"},
-                           {"version", 1},
+                           {"version", 2},
                            {"model", dir.string()},
                            {"policy", args.policy},
                            {"threads", engine->backend->threads()},
+                           {"linear_isa", linear_isa_name(linear_rows_isa())},
                            {"prompt_tokens", args.prompt_tokens},
                            {"new_tokens", args.new_tokens},
                            {"batch", args.batch},
                            {"seed", args.seed},
                            {"runs", rows},
-                           {"ratios", {{"batch1", ratio1}, {"batchB", ratioB}}}},
+                           {"ratios", {{"batch1", ratio1}, {"batchB", ratioB}}},
+                           {"ratios_vs_recompute", {{"batch1", recompute1}, {"batchB", recomputeB}}}},
                           "--json");
   }
   return 0;

@@ -11,11 +11,15 @@
 #include <stdexcept>
 #include <thread>
 
+#include "kernels/cpu/linear_rows.h"
+
 namespace kvcheck {
 namespace {
 
 // Output rows of W per task of `linear`: fixed, so the split never depends on threads or batch.
 constexpr std::int64_t kLinearChunk = 64;
+// Batch rows per task of `linear`: each weight row is read once per block.
+constexpr std::int64_t kLinearRowBlock = 16;
 // Output columns per GEMM of `linear_prefill`.
 constexpr std::int64_t kPrefillChunk = 256;
 
@@ -82,17 +86,26 @@ void CpuBackend::linear(const DenseWeight& w, std::span<const float> x, std::int
   const std::int64_t out = w.out();
   check_size(x.size(), rows * in, "linear input");
   check_size(y.size(), rows * out, "linear output");
+  // Tasks are (64 outputs) x (16 rows) tiles; kernels/cpu/linear_rows.h computes every element
+  // in an order fixed by its own row, so neither the tiling nor the thread count shows in a bit.
   const std::int64_t chunks = (out + kLinearChunk - 1) / kLinearChunk;
-  parallel(rows * chunks, [&](std::int64_t task) {
-    const std::int64_t r = task / chunks;
+  const std::int64_t blocks = (rows + kLinearRowBlock - 1) / kLinearRowBlock;
+  parallel(blocks * chunks, [&](std::int64_t task) {
+    const std::int64_t r0 = (task / chunks) * kLinearRowBlock;
     const std::int64_t a = (task % chunks) * kLinearChunk;
-    const std::int64_t n = std::min(kLinearChunk, out - a);
-    Eigen::Map<const Eigen::VectorXf> xr(x.data() + r * in, in);
-    Eigen::Map<Eigen::VectorXf> yr(y.data() + r * out + a, n);
-    yr.noalias() = w.w.middleRows(a, n) * xr;
-    if (!w.bias.empty()) {
-      for (std::int64_t i = 0; i < n; ++i) yr[i] += w.bias[static_cast<std::size_t>(a + i)];
-    }
+    LinearRowsArgs args;
+    args.w = w.w.data();
+    args.w_stride = in;
+    args.in = in;
+    args.bias = w.bias.empty() ? nullptr : w.bias.data();
+    args.x = x.data() + r0 * in;
+    args.x_stride = in;
+    args.y = y.data() + r0 * out;
+    args.y_stride = out;
+    args.rows = std::min(kLinearRowBlock, rows - r0);
+    args.out_begin = a;
+    args.out_end = std::min(a + kLinearChunk, out);
+    linear_rows(args);
   }, rows * out * in);
 }
 

@@ -62,20 +62,24 @@ std::int64_t meta_bytes(const KvFormat& f) { return f.dtype == KvDType::kInt ? k
 // A TierRead made for another head_dim (or by hand, inconsistently) would read the wrong bytes
 // silently: its tilings and segment sizes must be the ones this head_dim gives.
 void check_tier(const TierRead& t, std::size_t index, std::int64_t head_dim) {
+  const bool formats_ok = readable_in_pages(t.tier.key) && readable_in_pages(t.tier.value);
+  const bool tilings_ok = formats_ok && same_tiling(t.key_tiling, key_code_tiling(t.tier.key, head_dim)) &&
+                          same_tiling(t.value_tiling, value_code_tiling(t.tier.value, head_dim));
+  const PageLayout& l = t.layout;
+  const bool layout_ok = tilings_ok && l.tokens > 0 && l.tokens % t.value_tiling.vec == 0 &&
+                         l.key_codes.bytes == l.tokens * row_bytes(t.key_tiling) &&
+                         l.value_codes.bytes == l.tokens * row_bytes(t.value_tiling) &&
+                         l.key_meta.bytes == l.tokens * meta_bytes(t.tier.key) &&
+                         l.value_meta.bytes == l.tokens * meta_bytes(t.tier.value);
+  if (layout_ok) return;  // every head of every step: no message formatted
   const std::string where = fmt::format("{}: tiers[{}] ({})", kWhere, index, kv_tier_name(t.tier));
   check_page_format(t.tier.key, where, "key format");
   check_page_format(t.tier.value, where, "value format");
-  if (!same_tiling(t.key_tiling, key_code_tiling(t.tier.key, head_dim)) ||
-      !same_tiling(t.value_tiling, value_code_tiling(t.tier.value, head_dim))) {
+  if (!tilings_ok) {
     throw input_error(where, "tilings", "are not the key / value code tilings of head_dim {}", head_dim);
   }
-  const PageLayout& l = t.layout;
-  if (l.tokens <= 0 || l.tokens % t.value_tiling.vec != 0 || l.key_codes.bytes != l.tokens * row_bytes(t.key_tiling) ||
-      l.value_codes.bytes != l.tokens * row_bytes(t.value_tiling) ||
-      l.key_meta.bytes != l.tokens * meta_bytes(t.tier.key) || l.value_meta.bytes != l.tokens * meta_bytes(t.tier.value)) {
-    throw input_error(where, "layout", "is not a page layout of this tier at head_dim {} ({} tokens)", head_dim,
-                      l.tokens);
-  }
+  throw input_error(where, "layout", "is not a page layout of this tier at head_dim {} ({} tokens)", head_dim,
+                    l.tokens);
 }
 
 std::int64_t page_tokens(const DecodeHeadInput& in, std::size_t page) {

@@ -1,0 +1,45 @@
+// Batched dense projection for the decode step: y[r] = W x[r] (+ b) for a batch of rows, with a
+// reduction order that depends on nothing but the row itself.
+//
+// Every output element equals row_ops::dot(W[o], x[r], in) (+ bias[o]) bit for bit: eight lane
+// sums over k = l, l + 8, ... in increasing k, combined as ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)),
+// plus the tail k >= 8*floor(in/8) summed separately. So a request's logits do not depend on the
+// batch it shares a step with, nor on the tile a thread happens to own. What the tiling buys is
+// reuse: each weight row is loaded once per block of rows instead of once per row.
+//
+// On x86-64 the loop is compiled twice, for the baseline ISA and for AVX2, and the AVX2 build is
+// used when the CPU has it. Both perform the same multiplies and adds lane for lane (AVX2 without
+// FMA; kernels/ builds with -ffp-contract=off), so the choice never changes a bit.
+#pragma once
+
+#include <cstdint>
+
+namespace kvcheck {
+
+enum class LinearIsa { kPortable, kAvx2 };
+
+// The ISA linear_rows uses on this CPU.
+LinearIsa linear_rows_isa();
+const char* linear_isa_name(LinearIsa isa);
+// Whether `isa` can run on this CPU.
+bool linear_isa_available(LinearIsa isa);
+
+struct LinearRowsArgs {
+  const float* w = nullptr;    // [out, in] row-major, `w_stride` floats between rows
+  std::int64_t w_stride = 0;
+  std::int64_t in = 0;
+  const float* bias = nullptr;  // [out] or null
+  const float* x = nullptr;     // [rows, in], `x_stride` floats between rows
+  std::int64_t x_stride = 0;
+  float* y = nullptr;           // [rows, out], `y_stride` floats between rows
+  std::int64_t y_stride = 0;
+  std::int64_t rows = 0;
+  std::int64_t out_begin = 0;   // computes outputs [out_begin, out_end) of every row
+  std::int64_t out_end = 0;
+};
+
+void linear_rows(const LinearRowsArgs& a);
+// The same with a chosen ISA (tests compare the two); std::invalid_argument if unavailable.
+void linear_rows(const LinearRowsArgs& a, LinearIsa isa);
+
+}  // namespace kvcheck

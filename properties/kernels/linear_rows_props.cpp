@@ -1,0 +1,134 @@
+// The decode projection kernel against its definition: every element of linear_rows equals
+// row_ops::dot of its weight row and input row (plus the bias) bit for bit, whatever the number of
+// rows in the batch, the output range a task owns, the strides, and the ISA build (portable or
+// AVX2). A wrong tile index, a dropped tail element, a missing bias or a reduction order that
+// depended on the tile would each change some bit.
+//   RC_PARAMS="seed=7 max_success=20000" build-cpu/properties/kvcheck_property_tests --gtest_filter='LinearRowsProps.*'
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/linear_rows.h"
+#include "kernels/cpu/row_ops.h"
+#include "properties/support/property_check.h"
+
+namespace kvcheck {
+namespace {
+
+using testing::check_property;
+
+struct Case {
+  std::int64_t in, out, rows, w_pad, x_pad, y_pad, begin, end;
+  bool bias;
+  std::vector<float> w, b, x;
+};
+
+Case gen_case() {
+  Case c;
+  c.in = *rc::gen::inRange<std::int64_t>(1, 70);
+  c.out = *rc::gen::inRange<std::int64_t>(1, 12);
+  c.rows = *rc::gen::inRange<std::int64_t>(1, 11);
+  c.w_pad = *rc::gen::inRange<std::int64_t>(0, 3);
+  c.x_pad = *rc::gen::inRange<std::int64_t>(0, 3);
+  c.y_pad = *rc::gen::inRange<std::int64_t>(0, 3);
+  c.begin = *rc::gen::inRange<std::int64_t>(0, c.out);
+  c.end = *rc::gen::inRange<std::int64_t>(c.begin, c.out + 1);
+  c.bias = *rc::gen::arbitrary<bool>();
+  // Values with full mantissas and mixed signs and scales, so that any change of summation
+  // order shows up in the low bits.
+  const auto value = rc::gen::map(rc::gen::inRange<int>(-1000000, 1000001),
+                                  [](int v) { return static_cast<float>(v) * 1.37e-6f; });
+  c.w = *rc::gen::container<std::vector<float>>(static_cast<std::size_t>(c.out * (c.in + c.w_pad)), value);
+  c.x = *rc::gen::container<std::vector<float>>(static_cast<std::size_t>(c.rows * (c.in + c.x_pad)), value);
+  c.b = *rc::gen::container<std::vector<float>>(static_cast<std::size_t>(c.out), value);
+  return c;
+}
+
+constexpr float kUntouched = -12345.0f;
+
+std::vector<float> run(const Case& c, LinearIsa isa) {
+  const std::int64_t y_stride = c.out + c.y_pad;
+  std::vector<float> y(static_cast<std::size_t>(c.rows * y_stride), kUntouched);
+  LinearRowsArgs a;
+  a.w = c.w.data();
+  a.w_stride = c.in + c.w_pad;
+  a.in = c.in;
+  a.bias = c.bias ? c.b.data() : nullptr;
+  a.x = c.x.data();
+  a.x_stride = c.in + c.x_pad;
+  a.y = y.data();
+  a.y_stride = y_stride;
+  a.rows = c.rows;
+  a.out_begin = c.begin;
+  a.out_end = c.end;
+  linear_rows(a, isa);
+  return y;
+}
+
+void expect_definition(const Case& c, const std::vector<float>& y) {
+  const std::int64_t y_stride = c.out + c.y_pad;
+  for (std::int64_t r = 0; r < c.rows; ++r) {
+    for (std::int64_t o = 0; o < y_stride; ++o) {
+      const float got = y[static_cast<std::size_t>(r * y_stride + o)];
+      if (o < c.begin || o >= c.end) {
+        RC_ASSERT(got == kUntouched);  // outside the task's range: never written
+        continue;
+      }
+      float want = row_ops::dot(c.w.data() + o * (c.in + c.w_pad), c.x.data() + r * (c.in + c.x_pad), c.in);
+      if (c.bias) want += c.b[static_cast<std::size_t>(o)];
+      RC_ASSERT(std::memcmp(&got, &want, sizeof got) == 0);
+    }
+  }
+}
+
+TEST(LinearRowsProps, EveryElementIsTheRowDotProduct) {
+  check_property("linear_rows == row_ops::dot, portable build", 500, [] {
+    const Case c = gen_case();
+    expect_definition(c, run(c, LinearIsa::kPortable));
+  });
+}
+
+TEST(LinearRowsProps, Avx2BuildIsBitIdenticalToPortable) {
+  if (!linear_isa_available(LinearIsa::kAvx2)) GTEST_SKIP() << "this CPU has no AVX2";
+  check_property("linear_rows avx2 == portable", 500, [] {
+    const Case c = gen_case();
+    const std::vector<float> avx2 = run(c, LinearIsa::kAvx2);
+    expect_definition(c, avx2);
+    RC_ASSERT(std::memcmp(avx2.data(), run(c, LinearIsa::kPortable).data(), avx2.size() * sizeof(float)) == 0);
+  });
+}
+
+TEST(LinearRowsProps, RowsDoNotDependOnTheirBatch) {
+  // The same row, alone and inside a larger batch at another index, gives the same bits.
+  check_property("linear_rows batch invariance", 300, [] {
+    Case c = gen_case();
+    c.begin = 0;
+    c.end = c.out;
+    const std::vector<float> batch = run(c, linear_rows_isa());
+    const std::int64_t r = *rc::gen::inRange<std::int64_t>(0, c.rows);
+    Case solo = c;
+    solo.rows = 1;
+    solo.x.assign(c.x.begin() + r * (c.in + c.x_pad), c.x.begin() + (r + 1) * (c.in + c.x_pad));
+    const std::vector<float> one = run(solo, linear_rows_isa());
+    const std::int64_t y_stride = c.out + c.y_pad;
+    RC_ASSERT(std::memcmp(one.data(), batch.data() + r * y_stride, static_cast<std::size_t>(c.out) * sizeof(float)) == 0);
+  });
+}
+
+TEST(LinearRows, RejectsInconsistentShapes) {
+  std::vector<float> w(8, 1.0f), x(8, 1.0f), y(1);
+  LinearRowsArgs a{w.data(), 4, 8, nullptr, x.data(), 8, y.data(), 1, 1, 0, 1};  // w_stride < in
+  EXPECT_THROW(linear_rows(a), std::invalid_argument);
+  a.w_stride = 8;
+  a.out_end = 2;  // y_stride 1 cannot hold two outputs
+  EXPECT_THROW(linear_rows(a), std::invalid_argument);
+  a.out_end = 1;
+  EXPECT_NO_THROW(linear_rows(a));
+  EXPECT_EQ(y[0], 8.0f);
+}
+
+}  // namespace
+}  // namespace kvcheck
