@@ -37,7 +37,8 @@ void add_verify(CLI::App& app, VerifyArgs& args) {
   cmd->add_option("--model", args.model, "Model directory; default: the embedded model <datasets>/models/kvcheck-tiny");
   cmd->add_option("--device", args.device, "Engine backend: cpu or cuda")->capture_default_str();
   cmd->add_option("--policy", args.policy,
-                  fmt::format("KV policy of the engine: {}", fmt::join(policy_names(), ", ")))
+                  fmt::format("KV policy of the engine, NAME or NAME:KEY=VALUE,... (e.g. h2o:budget=64,recent=0.25):\n  {}",
+                              fmt::join(policy_help(), "\n  ")))
       ->capture_default_str();
   cmd->add_option("--prompts", args.prompts, "Number of prompts")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--prompt-tokens", args.prompt_tokens, "Tokens per prompt")

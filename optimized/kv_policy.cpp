@@ -3,12 +3,28 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <charconv>
+#include <cmath>
 #include <functional>
+#include <map>
+#include <numeric>
 #include <utility>
 
+#include "optimized/eviction_policies.h"
 #include "reference/errors.h"
 
 namespace kvcheck {
+
+std::vector<std::int32_t> KvPolicy::select_prompt(std::int32_t, std::int64_t prompt_len, const PromptScores&) const {
+  std::vector<std::int32_t> all(static_cast<std::size_t>(prompt_len));
+  std::iota(all.begin(), all.end(), 0);
+  return all;
+}
+
+std::optional<std::size_t> KvPolicy::select_victim(std::int32_t, std::span<const LiveToken>, std::int32_t) const {
+  return std::nullopt;
+}
+
 namespace {
 
 // Every token at one tier, never evicted.
@@ -26,16 +42,75 @@ class UniformPolicy final : public KvPolicy {
   KvTier tier_;
 };
 
+struct Param {
+  std::string key;
+  double value;  // the default
+  double min, max;
+  bool integer;
+  std::string help;
+};
+
+// The parameters of one spec, defaults overridden by `key=value` pairs.
+class Params {
+ public:
+  Params(const std::string& policy, const std::vector<Param>& declared, const std::string& assignments)
+      : policy_(policy) {
+    for (const Param& p : declared) values_[p.key] = p.value;
+    std::size_t at = 0;
+    while (at < assignments.size()) {
+      const std::size_t end = std::min(assignments.find(',', at), assignments.size());
+      const std::string item = assignments.substr(at, end - at);
+      at = end + 1;
+      const std::size_t eq = item.find('=');
+      const std::string key = item.substr(0, eq);
+      const auto d = std::find_if(declared.begin(), declared.end(), [&](const Param& p) { return p.key == key; });
+      if (d == declared.end()) {
+        std::vector<std::string> keys;
+        for (const Param& p : declared) keys.push_back(p.key);
+        throw InputError(fmt::format("policy '{}': unknown parameter '{}'; its parameters: {}", policy, key,
+                                     keys.empty() ? std::string("none") : fmt::format("{}", fmt::join(keys, ", "))));
+      }
+      const std::string text = eq == std::string::npos ? std::string() : item.substr(eq + 1);
+      double v = 0.0;
+      const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+      if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || !std::isfinite(v)) {
+        throw InputError(fmt::format("policy '{}': parameter '{}' needs a number, got '{}'", policy, key, text));
+      }
+      if (d->integer && v != std::floor(v)) {
+        throw InputError(fmt::format("policy '{}': parameter '{}' must be an integer, got {}", policy, key, text));
+      }
+      if (v < d->min || v > d->max) {
+        throw InputError(fmt::format("policy '{}': parameter '{}' = {} is outside [{}, {}]", policy, key, text,
+                                     d->min, d->max));
+      }
+      values_[key] = v;
+    }
+  }
+  double operator[](const std::string& key) const { return values_.at(key); }
+  std::int64_t integer(const std::string& key) const { return static_cast<std::int64_t>(values_.at(key)); }
+  // InputError unless `ok`.
+  void require(bool ok, const std::string& what) const {
+    if (!ok) throw InputError(fmt::format("policy '{}': {}", policy_, what));
+  }
+
+ private:
+  std::string policy_;
+  std::map<std::string, double> values_;
+};
+
 struct Entry {
   std::string name;
-  std::function<std::unique_ptr<KvPolicy>()> make;
+  std::string description;
+  std::vector<Param> params;
+  std::function<std::unique_ptr<KvPolicy>(const Params&)> make;
 };
 
 const std::vector<Entry>& registry() {
   static const std::vector<Entry> entries = [] {
     std::vector<Entry> e;
     auto uniform = [&](const char* name, const char* description, KvTier tier) {
-      e.push_back({name, [=] { return std::make_unique<UniformPolicy>(name, description, tier); }});
+      e.push_back({name, description, {},
+                   [=](const Params&) { return std::make_unique<UniformPolicy>(name, description, tier); }});
     };
     uniform("full-fp32", "every token kept, keys and values in fp32 (must reproduce the reference)",
             {fp32_format(), fp32_format()});
@@ -45,6 +120,24 @@ const std::vector<Entry>& registry() {
             {int_format(per_token(8)), int_format(per_token(8))});
     uniform("int4", "every token kept, keys and values int4 per token (fp16 scale and zero)",
             {int_format(per_token(4)), int_format(per_token(4))});
+    constexpr double kMaxTokens = 1 << 20;
+    e.push_back({"streaming", "StreamingLLM: attention sinks plus a recent window, fp16",
+                 {{"sinks", 4, 0, kMaxTokens, true, "first positions always kept"},
+                  {"window", 60, 1, kMaxTokens, true, "most recent positions kept"}},
+                 [](const Params& p) { return make_streaming_policy(p.integer("sinks"), p.integer("window")); }});
+    e.push_back({"h2o", "H2O: heavy hitters by accumulated attention plus a recent window, one eviction per step, fp16",
+                 {{"budget", 64, 1, kMaxTokens, true, "tokens per head"},
+                  {"recent", 0.5, 0, 1, false, "share of the budget for the most recent positions (at least one)"}},
+                 [](const Params& p) { return make_h2o_policy(p.integer("budget"), p["recent"]); }});
+    e.push_back({"snapkv", "SnapKV: prompt tokens chosen once by an observation window, generated tokens kept, fp16",
+                 {{"budget", 64, 2, kMaxTokens, true, "prompt tokens per head"},
+                  {"window", 32, 1, kMaxTokens, true, "observation window (last prompt queries), kept"},
+                  {"pool", 7, 1, 101, true, "max-pooling width (odd)"}},
+                 [](const Params& p) {
+                   p.require(p.integer("window") < p.integer("budget"), "window must be smaller than budget");
+                   p.require(p.integer("pool") % 2 == 1, "pool must be odd");
+                   return make_snapkv_policy(p.integer("budget"), p.integer("window"), p.integer("pool"));
+                 }});
     return e;
   }();
   return entries;
@@ -58,9 +151,22 @@ std::vector<std::string> policy_names() {
   return names;
 }
 
-std::unique_ptr<KvPolicy> make_policy(const std::string& name) {
+std::vector<std::string> policy_help() {
+  std::vector<std::string> lines;
   for (const Entry& e : registry()) {
-    if (e.name == name) return e.make();
+    std::vector<std::string> params;
+    for (const Param& p : e.params) params.push_back(fmt::format("{}={} ({})", p.key, p.value, p.help));
+    lines.push_back(params.empty() ? fmt::format("{}: {}", e.name, e.description)
+                                   : fmt::format("{}: {}; {}", e.name, e.description, fmt::join(params, ", ")));
+  }
+  return lines;
+}
+
+std::unique_ptr<KvPolicy> make_policy(const std::string& spec) {
+  const std::size_t colon = spec.find(':');
+  const std::string name = spec.substr(0, colon);
+  for (const Entry& e : registry()) {
+    if (e.name == name) return e.make(Params(name, e.params, colon == std::string::npos ? "" : spec.substr(colon + 1)));
   }
   throw InputError(fmt::format("policy '{}': unknown; known policies: {}", name, fmt::join(policy_names(), ", ")));
 }

@@ -1,18 +1,40 @@
 // Compression policies: one interface, one registry (DESIGN.md, "Compression policies").
 //
-// This first set stores every token at one precision for its whole life: full-fp32 (the exact
+// Uniform policies store every token at one precision for its whole life: full-fp32 (the exact
 // configuration, which must reproduce the reference), full-fp16 (vLLM's default cache), and the
-// per-token integer baselines int8 and int4. The eviction and mixed-precision policies of the
-// policies issue extend the interface with prefill plans and per-step decisions.
+// per-token integer baselines int8 and int4. Eviction policies (optimized/eviction_policies.h:
+// streaming, h2o, snapkv) also choose, per (request, layer, kv-head), which prompt tokens to keep
+// after prefill and which token to drop before a decode step adds one.
+//
+// A policy is named `name` or `name:key=value,key=value` (e.g. `h2o:budget=64,recent=0.25`);
+// `policy_names()` lists the names, `policy_help()` their parameters and defaults.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu/kv_bytes.h"
 
 namespace kvcheck {
+
+// One kv-head's attention statistics from prefill (kernels/cpu/prefill_attention.h's column sums,
+// the maximum over the query heads of the group, as LeanKV aggregates GQA): for every prompt
+// position, the attention it received from all queries, and from the last `window` queries.
+struct PromptScores {
+  std::span<const float> all;     // [prompt_len]
+  std::span<const float> window;  // [prompt_len] (empty when the policy asked for no window)
+};
+
+// A live token of a head: its position and its score (the attention it has accumulated, for
+// the policies that accumulate; 0 otherwise).
+struct LiveToken {
+  std::int32_t position = 0;
+  float score = 0.0f;
+};
 
 class KvPolicy {
  public:
@@ -22,11 +44,30 @@ class KvPolicy {
   virtual std::string description() const = 0;
   // The page tiers the policy stores tokens in; tier 0 is where new tokens go.
   virtual std::vector<KvTier> tiers() const = 0;
+
+  // --- eviction (the defaults keep every token) ---
+  // Whether the policy ever drops a token (prefill or decode).
+  virtual bool evicts() const { return false; }
+  // Queries at the end of the prompt whose column sums PromptScores::window holds (0: none).
+  virtual std::int64_t observation_window() const { return 0; }
+  // The prompt positions a head of `layer` keeps, ascending, from its prefill scores.
+  virtual std::vector<std::int32_t> select_prompt(std::int32_t layer, std::int64_t prompt_len,
+                                                  const PromptScores& scores) const;
+  // Whether decode attention probabilities add to the live tokens' scores (the maximum over the
+  // group's query heads, as at prefill).
+  virtual bool accumulates_scores() const { return false; }
+  // Before a decode step appends the token at `new_position` to a head of `layer` that holds
+  // `live` (in walk order): the index in `live` of the token to drop, or nullopt to keep them all.
+  virtual std::optional<std::size_t> select_victim(std::int32_t layer, std::span<const LiveToken> live,
+                                                   std::int32_t new_position) const;
 };
 
 // Registered policy names, in registration order.
 std::vector<std::string> policy_names();
-// InputError naming the policy and listing the known ones when `name` is not registered.
-std::unique_ptr<KvPolicy> make_policy(const std::string& name);
+// One line per policy: name, parameters with their defaults, description.
+std::vector<std::string> policy_help();
+// Builds `spec` (`name` or `name:key=value,...`). InputError naming the policy (unknown name,
+// listing the known ones) or the parameter (unknown key, bad or out-of-range value).
+std::unique_ptr<KvPolicy> make_policy(const std::string& spec);
 
 }  // namespace kvcheck

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "reference/errors.h"
 
@@ -59,7 +61,35 @@ std::vector<float> ModelRunner::prefill(std::int64_t request, std::span<const st
   const ModelConfig& c = weights_.config;
   const std::int64_t T = static_cast<std::int64_t>(tokens.size());
   const std::int64_t H = c.hidden_size;
-  cache_.reserve_prompt(request, T);  // PoolExhausted here, before any compute
+  const KvPolicy& policy = cache_.policy();
+  // An evicting policy chooses the kept tokens from the prompt's attention, so its pages are
+  // allocated after the compute; the pool is checked first all the same.
+  const bool evicting = policy.evicts();
+  if (evicting) {
+    cache_.check_prompt_fits(T);  // PoolExhausted here, before any compute
+  } else {
+    cache_.reserve_prompt(request, T);  // PoolExhausted here, before any compute
+  }
+  const std::int64_t kvh = c.num_key_value_heads;
+  const std::int64_t group = c.group_size();
+  const std::int64_t window = evicting ? policy.observation_window() : 0;
+  std::vector<std::vector<float>> layer_keys, layer_values;     // evicting: [layer][T][kv_dim]
+  std::vector<std::vector<std::int32_t>> kept;                  // evicting: [layer * kvh + head]
+  std::vector<std::vector<float>> kept_scores;                  // evicting: [layer * kvh + head][T]
+  std::vector<float> column_sums, window_sums;
+  if (evicting) {
+    column_sums.resize(static_cast<std::size_t>(c.num_attention_heads * T));
+    if (window > 0) window_sums.resize(column_sums.size());
+  }
+  // A kv head's score of key t: the maximum over its group's query heads.
+  auto head_scores = [&](const std::vector<float>& sums, std::int64_t h) {
+    std::vector<float> s(static_cast<std::size_t>(T), 0.0f);
+    for (std::int64_t g = 0; g < group; ++g) {
+      const float* row = sums.data() + (h * group + g) * T;
+      for (std::int64_t t = 0; t < T; ++t) s[static_cast<std::size_t>(t)] = std::max(s[static_cast<std::size_t>(t)], row[t]);
+    }
+    return s;
+  };
   try {
     std::vector<std::int32_t> positions(static_cast<std::size_t>(T));
     for (std::int64_t t = 0; t < T; ++t) positions[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(t);
@@ -80,7 +110,8 @@ std::vector<float> ModelRunner::prefill(std::int64_t request, std::span<const st
       backend_.linear_prefill(layer.v, n, T, v);
       backend_.rope(q, T, c.num_attention_heads, c.head_dim, positions, weights_.rope_cos, weights_.rope_sin);
       backend_.rope(k, T, c.num_key_value_heads, c.head_dim, positions, weights_.rope_cos, weights_.rope_sin);
-      cache_.write_prompt_layer(request, l, T, k, v);
+      if (!evicting) cache_.write_prompt_layer(request, l, T, k, v);
+      if (trace_ && trace_->on_kv) trace_->on_kv(request, l, 0, T, k, v);
       PrefillAttentionInput in;
       in.tokens = T;
       in.n_heads = c.num_attention_heads;
@@ -90,14 +121,28 @@ std::vector<float> ModelRunner::prefill(std::int64_t request, std::span<const st
       in.q = q;
       in.k = k;
       in.v = v;
+      in.window = window;
       PrefillAttentionOutput out;
       out.out = attn;
+      out.column_sums = column_sums;
+      out.window_sums = window_sums;
       backend_.prefill_attention(in, out);
+      if (evicting) {
+        for (std::int64_t h = 0; h < kvh; ++h) {
+          std::vector<float> all = head_scores(column_sums, h);
+          const std::vector<float> win = window > 0 ? head_scores(window_sums, h) : std::vector<float>{};
+          kept.push_back(policy.select_prompt(l, T, PromptScores{all, win}));
+          kept_scores.push_back(policy.accumulates_scores() ? std::move(all) : std::vector<float>{});
+        }
+        layer_keys.push_back(k);
+        layer_values.push_back(v);
+      }
       o.resize(x.size());
       backend_.linear_prefill(layer.o, attn, T, o);
       add_into(x, o);
       mlp(layer, x, T, true);
     }
+    if (evicting) cache_.commit_prompt(request, T, kept, kept_scores, layer_keys, layer_values);
     // Only the rows whose logits are wanted go through the final norm and the head.
     const std::int64_t first = all_logits ? 0 : T - 1;
     const std::int64_t rows = T - first;
@@ -129,11 +174,29 @@ std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, s
     check_tokens(requests[static_cast<std::size_t>(b)], tokens.subspan(static_cast<std::size_t>(b), 1),
                  positions[static_cast<std::size_t>(b)]);
   }
-  cache_.reserve(requests, positions);  // PoolExhausted here, before any compute
   const std::int64_t H = c.hidden_size;
   const std::int64_t d = c.head_dim;
   const std::int64_t group = c.group_size();
   const std::int64_t kvh = c.num_key_value_heads;
+  const KvPolicy& policy = cache_.policy();
+  std::vector<LiveToken> live;
+  std::vector<SlotRef> live_slots;
+  // The policy's victims, chosen from each head's state before this step.
+  std::vector<std::optional<SlotRef>> evict;
+  if (policy.evicts()) {
+    evict.resize(static_cast<std::size_t>(B * c.num_hidden_layers * kvh));
+    std::size_t i = 0;
+    for (std::int64_t b = 0; b < B; ++b) {
+      for (std::int32_t l = 0; l < c.num_hidden_layers; ++l) {
+        for (std::int32_t h = 0; h < kvh; ++h, ++i) {
+          cache_.live_tokens(requests[static_cast<std::size_t>(b)], l, h, live, live_slots);
+          const std::optional<std::size_t> victim = policy.select_victim(l, live, positions[static_cast<std::size_t>(b)]);
+          if (victim) evict[i] = live_slots.at(*victim);
+        }
+      }
+    }
+  }
+  cache_.reserve(requests, positions, evict);  // PoolExhausted here, before any compute
   std::vector<float> x(static_cast<std::size_t>(B * H));
   for (std::int64_t b = 0; b < B; ++b) {
     const auto row = weights_.embedding.row(tokens[static_cast<std::size_t>(b)]);
@@ -144,6 +207,8 @@ std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, s
   std::vector<std::vector<PageRead>> pages(static_cast<std::size_t>(B * kvh));
   std::vector<DecodeHeadInput> heads(static_cast<std::size_t>(B * kvh));
   std::vector<DecodeHeadOutput> outs(heads.size());
+  const bool want_probs = policy.accumulates_scores() || (trace_ && trace_->on_decode_head);
+  std::vector<std::vector<float>> probs(want_probs ? heads.size() : 0);
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   for (std::int32_t l = 0; l < c.num_hidden_layers; ++l) {
     const EngineLayer& layer = weights_.layers[static_cast<std::size_t>(l)];
@@ -155,9 +220,10 @@ std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, s
     backend_.rope(k, B, kvh, d, positions, weights_.rope_cos, weights_.rope_sin);
     for (std::int64_t b = 0; b < B; ++b) {
       const std::size_t row = static_cast<std::size_t>(b * c.kv_dim());
-      cache_.write_token(requests[static_cast<std::size_t>(b)], l, positions[static_cast<std::size_t>(b)],
-                         std::span<const float>(k).subspan(row, static_cast<std::size_t>(c.kv_dim())),
-                         std::span<const float>(v).subspan(row, static_cast<std::size_t>(c.kv_dim())));
+      const std::span<const float> kr = std::span<const float>(k).subspan(row, static_cast<std::size_t>(c.kv_dim()));
+      const std::span<const float> vr = std::span<const float>(v).subspan(row, static_cast<std::size_t>(c.kv_dim()));
+      cache_.write_token(requests[static_cast<std::size_t>(b)], l, positions[static_cast<std::size_t>(b)], kr, vr);
+      if (trace_ && trace_->on_kv) trace_->on_kv(requests[static_cast<std::size_t>(b)], l, positions[static_cast<std::size_t>(b)], 1, kr, vr);
     }
     for (std::int64_t b = 0; b < B; ++b) {
       for (std::int32_t h = 0; h < kvh; ++h) {
@@ -173,9 +239,32 @@ std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, s
         const std::size_t qa = static_cast<std::size_t>(b * c.q_dim() + h * group * d);
         in.q = std::span<const float>(q).subspan(qa, static_cast<std::size_t>(group * d));
         outs[i].out = std::span<float>(attn).subspan(qa, static_cast<std::size_t>(group * d));
+        if (want_probs) {
+          probs[i].resize(static_cast<std::size_t>(group * decode_slots(in)));
+          outs[i].probs = probs[i];
+        }
       }
     }
     backend_.decode_attention(heads, outs);
+    if (want_probs) {
+      for (std::int64_t b = 0; b < B; ++b) {
+        for (std::int32_t h = 0; h < kvh; ++h) {
+          const std::size_t i = static_cast<std::size_t>(b * kvh + h);
+          // Per slot, the maximum over the group's query heads.
+          const std::size_t slots = probs[i].size() / static_cast<std::size_t>(group);
+          std::vector<float> slot_max(probs[i].begin(), probs[i].begin() + static_cast<std::ptrdiff_t>(slots));
+          for (std::int64_t g = 1; g < group; ++g) {
+            for (std::size_t j = 0; j < slots; ++j) slot_max[j] = std::max(slot_max[j], probs[i][g * slots + j]);
+          }
+          const std::int64_t request = requests[static_cast<std::size_t>(b)];
+          if (trace_ && trace_->on_decode_head) {
+            trace_->on_decode_head(DecodeHeadTrace{request, l, h, positions[static_cast<std::size_t>(b)],
+                                                   heads[i].q, outs[i].out, slot_max});
+          }
+          if (policy.accumulates_scores()) cache_.add_scores(request, l, h, slot_max);
+        }
+      }
+    }
     backend_.linear(layer.o, attn, B, o);
     add_into(x, o);
     mlp(layer, x, B, false);

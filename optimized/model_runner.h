@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -23,6 +24,26 @@
 #include "optimized/paged_kv_cache.h"
 
 namespace kvcheck {
+
+// What a verification run sees of the runner (kvcheck verify --verify-each-step, the policy
+// properties): every key and value row it computes, and every decode head's attention.
+struct DecodeHeadTrace {
+  std::int64_t request = 0;
+  std::int32_t layer = 0, kv_head = 0, position = 0;  // position: the token this step adds
+  std::span<const float> q;          // [group][head_dim], post-RoPE
+  std::span<const float> out;        // [group][head_dim], the attention output
+  std::span<const float> slot_probs; // per slot of the head's pages in walk order: max over the group
+};
+struct RunnerTrace {
+  // Keys and values [tokens][kv_dim] (post-RoPE) of `tokens` positions from `first` in `layer`:
+  // a whole prompt at prefill (before any eviction), one token per decode step.
+  std::function<void(std::int64_t request, std::int32_t layer, std::int32_t first, std::int64_t tokens,
+                     std::span<const float> keys, std::span<const float> values)>
+      on_kv;
+  // After each decode step's attention of a head (the cache then holds what it attended to;
+  // the scores of an accumulating policy are updated after this call).
+  std::function<void(const DecodeHeadTrace&)> on_decode_head;
+};
 
 class ModelRunner {
  public:
@@ -46,6 +67,9 @@ class ModelRunner {
   std::vector<float> decode(std::span<const std::int64_t> requests, std::span<const std::int32_t> tokens,
                             std::span<const std::int32_t> positions);
 
+  // Observe every step (null: none). The trace must outlive its use.
+  void set_trace(const RunnerTrace* trace) { trace_ = trace; }
+
  private:
   void check_tokens(std::int64_t request, std::span<const std::int32_t> tokens, std::int64_t pos0) const;
   // x += o_proj(attention) and x += down(swiglu(gate, up)) for one layer of a decode batch.
@@ -54,6 +78,7 @@ class ModelRunner {
   const EngineWeights& weights_;
   Backend& backend_;
   PagedKvCache& cache_;
+  const RunnerTrace* trace_ = nullptr;
 };
 
 }  // namespace kvcheck

@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/quantize.h"
 #include "kernels/quant_math.h"
+#include "optimized/pool_exhausted.h"
 #include "reference/errors.h"
 
 namespace kvcheck {
@@ -64,7 +65,8 @@ std::vector<KvTier> two_tiers(std::vector<KvTier> tiers) {
 }  // namespace
 
 PagedKvCache::PagedKvCache(const ModelConfig& model, const KvPolicy& policy, PagedKvCacheConfig config)
-    : model_(model), tiers_(two_tiers(policy.tiers())), manager_(manager_config(model, tiers_, config)) {
+    : model_(model), policy_(policy), tiers_(two_tiers(policy.tiers())),
+      manager_(manager_config(model, tiers_, config)) {
   for (const KvTier& t : tiers_) tier_reads_.push_back(make_tier_read(t, model.head_dim, config.page_bytes));
 }
 
@@ -131,9 +133,76 @@ void PagedKvCache::write_prompt_layer(std::int64_t request, std::int32_t layer, 
   }
 }
 
-void PagedKvCache::reserve(std::span<const std::int64_t> requests, std::span<const std::int32_t> positions) {
+void PagedKvCache::check_prompt_fits(std::int64_t tokens) const {
+  const std::int64_t needed = pages_for(tokens);
+  if (needed > free_pages()) {
+    throw PoolExhausted(fmt::format("a prompt of {} tokens", tokens), needed, free_pages());
+  }
+}
+
+void PagedKvCache::commit_prompt(std::int64_t request, std::int64_t tokens,
+                                 std::span<const std::vector<std::int32_t>> kept,
+                                 std::span<const std::vector<float>> scores, std::span<const std::vector<float>> keys,
+                                 std::span<const std::vector<float>> values) {
+  const std::int64_t heads = manager_.heads_per_request();
+  const std::int64_t kv_dim = model_.kv_dim();
+  const std::int64_t d = model_.head_dim;
+  if (static_cast<std::int64_t>(kept.size()) != heads || (!scores.empty() && static_cast<std::int64_t>(scores.size()) != heads) ||
+      static_cast<std::int64_t>(keys.size()) != model_.num_hidden_layers ||
+      static_cast<std::int64_t>(values.size()) != model_.num_hidden_layers) {
+    throw std::invalid_argument("paged KV cache: commit_prompt needs one plan per head and K/V per layer");
+  }
+  std::vector<std::vector<TokenPayload>> payloads(static_cast<std::size_t>(heads));
+  PromptRequest prompt{request, tokens, {}};
+  for (std::int64_t i = 0; i < heads; ++i) {
+    const std::vector<std::int32_t>& k = kept[static_cast<std::size_t>(i)];
+    if (k.empty()) {
+      throw std::logic_error(fmt::format("paged KV cache: request {}: the policy kept no prompt token of head {}",
+                                         request, i));
+    }
+    for (std::size_t j = 0; j < k.size(); ++j) {
+      if (k[j] < 0 || k[j] >= tokens || (j > 0 && k[j] <= k[j - 1])) {
+        throw std::logic_error(fmt::format("paged KV cache: request {}: head {} keeps position {} (kept positions "
+                                           "must be ascending, in [0, {}))", request, i, k[j], tokens));
+      }
+      const float score = scores.empty() || scores[static_cast<std::size_t>(i)].empty()
+                              ? 0.0f
+                              : scores[static_cast<std::size_t>(i)][static_cast<std::size_t>(k[j])];
+      payloads[static_cast<std::size_t>(i)].push_back(TokenPayload{k[j], score});
+    }
+    prompt.heads.push_back(PromptHeadPlan{static_cast<std::int64_t>(k.size()), 0, payloads[static_cast<std::size_t>(i)], {}});
+  }
+  manager_.admit(request);
+  try {
+    manager_.prompt_phase({&prompt, 1});
+    // The prompt phase placed kept token j of a head at page j / tpp, slot j % tpp.
+    const std::int64_t tpp = manager_.pool().tokens_per_page(kHighTier);
+    for (std::int32_t l = 0; l < model_.num_hidden_layers; ++l) {
+      for (std::int32_t h = 0; h < model_.num_key_value_heads; ++h) {
+        const std::vector<std::int32_t>& k = kept[static_cast<std::size_t>(l * model_.num_key_value_heads + h)];
+        for (std::size_t j = 0; j < k.size(); ++j) {
+          const std::size_t at = static_cast<std::size_t>(k[j] * kv_dim + h * d);
+          const std::int64_t slot = static_cast<std::int64_t>(j);
+          store(request, l, h, SlotRef{kHighTier, slot / tpp, slot % tpp}, k[j],
+                std::span<const float>(keys[static_cast<std::size_t>(l)]).subspan(at, static_cast<std::size_t>(d)),
+                std::span<const float>(values[static_cast<std::size_t>(l)]).subspan(at, static_cast<std::size_t>(d)));
+        }
+      }
+    }
+  } catch (...) {
+    manager_.finish(request);  // nothing of a prompt that failed stays behind
+    throw;
+  }
+}
+
+void PagedKvCache::reserve(std::span<const std::int64_t> requests, std::span<const std::int32_t> positions,
+                           std::span<const std::optional<SlotRef>> evict) {
+  const std::int64_t heads = manager_.heads_per_request();
+  if (!evict.empty() && static_cast<std::int64_t>(evict.size()) != static_cast<std::int64_t>(requests.size()) * heads) {
+    throw std::invalid_argument("paged KV cache: reserve needs one eviction entry per head of every request");
+  }
   std::vector<DecodeOp> ops;
-  ops.reserve(requests.size() * static_cast<std::size_t>(manager_.heads_per_request()));
+  ops.reserve(requests.size() * static_cast<std::size_t>(heads));
   for (std::size_t i = 0; i < requests.size(); ++i) {
     for (std::int32_t l = 0; l < model_.num_hidden_layers; ++l) {
       for (std::int32_t h = 0; h < model_.num_key_value_heads; ++h) {
@@ -142,11 +211,51 @@ void PagedKvCache::reserve(std::span<const std::int64_t> requests, std::span<con
         op.layer = l;
         op.head = h;
         op.token = TokenPayload{positions[i], 0.0f};
+        if (!evict.empty()) op.evict = evict[ops.size()];
         ops.push_back(op);
       }
     }
   }
   manager_.decode_step(ops);
+}
+
+void PagedKvCache::live_tokens(std::int64_t request, std::int32_t layer, std::int32_t head,
+                               std::vector<LiveToken>& tokens, std::vector<SlotRef>& slots) const {
+  tokens.clear();
+  slots.clear();
+  const PageTable& table = manager_.table(request, layer, head);
+  const PagePool& pool = manager_.pool();
+  for (int tier : {kHighTier, kLowTier}) {
+    for (std::int64_t i = 0; i < table.count(tier); ++i) {
+      const PageId id = table.at(tier, i);
+      for (std::int64_t s = 0; s < pool.tokens_per_page(tier); ++s) {
+        if (!pool.live(id, s)) continue;
+        const TokenPayload p = pool.payload(id, s);
+        tokens.push_back(LiveToken{p.position, p.score});
+        slots.push_back(SlotRef{tier, i, s});
+      }
+    }
+  }
+}
+
+void PagedKvCache::add_scores(std::int64_t request, std::int32_t layer, std::int32_t head,
+                              std::span<const float> probs) {
+  const PageTable& table = manager_.table(request, layer, head);
+  PagePool& pool = manager_.pool();
+  std::size_t j = 0;
+  for (int tier : {kHighTier, kLowTier}) {
+    for (std::int64_t i = 0; i < table.count(tier); ++i) {
+      const PageId id = table.at(tier, i);
+      for (std::int64_t s = 0; s < pool.tokens_per_page(tier); ++s, ++j) {
+        if (j >= probs.size()) throw std::invalid_argument("paged KV cache: add_scores has fewer probabilities than slots");
+        if (!pool.live(id, s)) continue;
+        TokenPayload p = pool.payload(id, s);
+        p.score += probs[j];
+        pool.put(id, s, p);
+      }
+    }
+  }
+  if (j != probs.size()) throw std::invalid_argument("paged KV cache: add_scores has more probabilities than slots");
 }
 
 void PagedKvCache::write_token(std::int64_t request, std::int32_t layer, std::int32_t position,
@@ -195,6 +304,10 @@ std::int64_t PagedKvCache::Swapped::bytes() const {
 }
 
 PagedKvCache::Swapped PagedKvCache::swap_out(std::int64_t request) {
+  if (policy_.evicts()) {
+    throw std::logic_error(fmt::format("paged KV cache: swap-out of request {} under policy {}: only uniform "
+                                       "policies keep a head's positions packed", request, policy_.name()));
+  }
   Swapped out;
   out.tokens = tokens(request);
   const PagePool& pool = manager_.pool();

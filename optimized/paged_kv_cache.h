@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -27,7 +28,10 @@ struct PagedKvCacheConfig {
 
 class PagedKvCache {
  public:
+  // The cache keeps a reference to `policy`, which must outlive it.
   PagedKvCache(const ModelConfig& model, const KvPolicy& policy, PagedKvCacheConfig config);
+
+  const KvPolicy& policy() const { return policy_; }
 
   const UnifiedPageManager& manager() const { return manager_; }
   std::int64_t free_pages() const { return manager_.free_list().free_count(); }
@@ -42,9 +46,29 @@ class PagedKvCache {
   // Stores one layer of a reserved prompt: keys and values are [tokens][kv_dim], post-RoPE.
   void write_prompt_layer(std::int64_t request, std::int32_t layer, std::int64_t tokens, std::span<const float> keys,
                           std::span<const float> values);
+
+  // Eviction policies choose a prompt's kept tokens after its prefill; they check the pool first
+  // (PoolExhausted, before any compute, when the pages of `tokens` prompt tokens are not free)...
+  void check_prompt_fits(std::int64_t tokens) const;
+  // ...and then admit the request with, per head (layer-major, kv-head minor), the kept prompt
+  // positions (ascending) and their initial scores (empty: 0), and store those tokens packed.
+  // keys[layer] and values[layer] are [tokens][kv_dim], post-RoPE.
+  void commit_prompt(std::int64_t request, std::int64_t tokens, std::span<const std::vector<std::int32_t>> kept,
+                     std::span<const std::vector<float>> scores, std::span<const std::vector<float>> keys,
+                     std::span<const std::vector<float>> values);
+
   // Reserves, in every head of every listed request, the slot of the token at positions[i].
-  // PoolExhausted (nothing reserved) when a head needs a page the pool does not have.
-  void reserve(std::span<const std::int64_t> requests, std::span<const std::int32_t> positions);
+  // `evict`, when not empty, names per head (request-major, then layer, then kv head) a live slot
+  // to drop first; the new token may take its place. PoolExhausted (nothing reserved or dropped)
+  // when a head needs a page the pool does not have.
+  void reserve(std::span<const std::int64_t> requests, std::span<const std::int32_t> positions,
+               std::span<const std::optional<SlotRef>> evict = {});
+  // A head's live tokens and their slots, in walk order (high pages, then low; slot order).
+  void live_tokens(std::int64_t request, std::int32_t layer, std::int32_t head, std::vector<LiveToken>& tokens,
+                   std::vector<SlotRef>& slots) const;
+  // Adds probs[j] (walk order over every slot of the head's pages, as the decode kernel writes
+  // them) to the score of each live slot j.
+  void add_scores(std::int64_t request, std::int32_t layer, std::int32_t head, std::span<const float> probs);
   // Stores one token's key and value rows ([kv_dim] each) of one layer in the reserved slots.
   void write_token(std::int64_t request, std::int32_t layer, std::int32_t position, std::span<const float> key,
                    std::span<const float> value);
@@ -63,12 +87,14 @@ class PagedKvCache {
     std::vector<PagePool::SlotCodes> slots;  // [layer][kv_head][token], in walk order
     std::int64_t bytes() const;
   };
-  // Copies the request's slots out and frees its pages.
+  // Copies the request's slots out and frees its pages. Uniform policies only (their heads hold
+  // positions 0 .. n-1 packed); std::logic_error for an evicting policy.
   Swapped swap_out(std::int64_t request);
   // Admits the request again with pages for its tokens and restores the codes (PoolExhausted,
   // nothing kept, when they do not fit).
   void swap_in(std::int64_t request, const Swapped& swapped);
-  // Tokens stored per head of a request (every head holds the same count under these policies).
+  // Tokens stored per head of a request (every head holds the same count under every policy:
+  // they keep the same number of prompt tokens and evict one token per step alike).
   std::int64_t tokens(std::int64_t request) const;
   // Bytes of KV the request holds over all its heads (codes, metadata, scores, positions of its pages).
   std::int64_t bytes_held(std::int64_t request) const;
@@ -80,6 +106,7 @@ class PagedKvCache {
              std::int32_t position, std::span<const float> key, std::span<const float> value);
 
   ModelConfig model_;
+  const KvPolicy& policy_;
   std::vector<KvTier> tiers_;
   std::vector<TierRead> tier_reads_;
   UnifiedPageManager manager_;

@@ -34,6 +34,10 @@ Scheduler::Scheduler(ModelRunner& runner, SchedulerConfig config)
   if (!(config_.high_watermark > 0.0 && config_.high_watermark <= 1.0)) {
     throw InputError(fmt::format("scheduler: high_watermark must be in (0, 1], got {}", config_.high_watermark));
   }
+  if (config_.preemption == PreemptionMode::kSwap && cache_.policy().evicts()) {
+    throw InputError(fmt::format("scheduler: preemption by swap needs a policy that keeps every token (policy {} "
+                                 "evicts); use recompute or auto", cache_.policy().name()));
+  }
 }
 
 void Scheduler::log(const std::string& line) const {
@@ -177,13 +181,16 @@ void Scheduler::preempt(Running& r) {
   const std::int64_t ctx = context(r);
   const std::int64_t held = cache_.bytes_held(r.request.id);
   PreemptionMode mode = config_.preemption;
+  const bool evicts = cache_.policy().evicts();
   if (mode == PreemptionMode::kAuto) {
-    mode = ctx <= config_.recompute_max_tokens ? PreemptionMode::kRecompute : PreemptionMode::kSwap;
+    // Swap restores packed heads only; an evicting policy's heads are replayed instead.
+    mode = evicts || ctx <= config_.recompute_max_tokens ? PreemptionMode::kRecompute : PreemptionMode::kSwap;
   }
   log(fmt::format("preempt request {} by {}: context {} tokens, {} bytes held, {} of {} pages free, rule {} "
-                  "(recompute at <= {} tokens)",
+                  "(recompute at <= {} tokens{})",
                   r.request.id, preemption_mode_name(mode), ctx, held, cache_.free_pages(), cache_.pool_pages(),
-                  preemption_mode_name(config_.preemption), config_.recompute_max_tokens));
+                  preemption_mode_name(config_.preemption), config_.recompute_max_tokens,
+                  evicts ? ", always for an evicting policy" : ""));
   if (mode == PreemptionMode::kSwap) {
     r.swapped = cache_.swap_out(r.request.id);
     stats_.swapped_bytes += r.swapped->bytes();

@@ -18,6 +18,8 @@
 // codes to host memory and back into fresh pages in the same walk order: bit-identical as well.
 // The rule (PreemptionMode::kAuto) weighs what each costs: recompute re-runs context tokens
 // through the model, swap moves the bytes held twice; every decision and its inputs are logged.
+// Swap restores packed heads, so an evicting policy (kv_policy.h) always recomputes: kAuto picks
+// recompute for it, and kSwap with it is refused when the scheduler is built.
 //
 // A request whose prompt alone cannot fit the pool is rejected at submission time, and a
 // request that cannot make progress even when it runs alone fails with a message naming it:

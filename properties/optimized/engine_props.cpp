@@ -5,6 +5,7 @@
 //   Preemption       under a page pool too small for the workload, every request completes
 //                    exactly once and its tokens equal its solo run, for recompute, swap and the
 //                    automatic rule; the pool is empty at the end.
+// Both run the uniform and the eviction policies (swap: uniform only, see scheduler.h).
 //
 // Reproduce a failure with the seed it prints:
 //   RC_PARAMS="seed=N" build/properties/kvcheck_property_tests --gtest_filter='EngineProps.*'
@@ -33,8 +34,9 @@ struct Workload {
   std::int64_t page_bytes = 0;
 };
 
-rc::Gen<Workload> gen_workload() {
-  return rc::gen::exec([] {
+// evicting: also draw the eviction policies (they preempt by recompute only).
+rc::Gen<Workload> gen_workload(bool evicting = true) {
+  return rc::gen::exec([evicting] {
     Workload w;
     w.shape.layers = *rc::gen::inRange<std::int64_t>(1, 3);
     w.shape.kv_heads = *rc::gen::element<std::int64_t>(1, 2);
@@ -45,7 +47,10 @@ rc::Gen<Workload> gen_workload() {
     w.shape.vocab = 40;
     w.shape.max_positions = 96;
     w.model_seed = *rc::gen::inRange<std::uint64_t>(0, 1000000);
-    w.policy = *rc::gen::element<std::string>("full-fp32", "full-fp16", "int8", "int4");
+    w.policy = evicting ? *rc::gen::element<std::string>("full-fp32", "full-fp16", "int8", "int4",
+                                                         "streaming:sinks=2,window=6", "h2o:budget=8,recent=0.25",
+                                                         "snapkv:budget=10,window=4,pool=3")
+                        : *rc::gen::element<std::string>("full-fp32", "full-fp16", "int8", "int4");
     // Small pages, so that requests span several pages and awkward token counts per page occur.
     w.page_bytes = *rc::gen::element<std::int64_t>(256, 512, 1024);
     return w;
@@ -143,7 +148,7 @@ struct PreemptionOutcome {
 
 void check_preemption(PreemptionMode mode, int cases, PreemptionOutcome& outcome) {
   check_property(fmt::format("engine preemption ({})", preemption_mode_name(mode)), cases, [&] {
-    Workload w = *gen_workload();
+    Workload w = *gen_workload(mode != PreemptionMode::kSwap);
     w.shape.max_positions = 64;
     const ModelConfig config = testing::tiny_config(w.shape);
     const ReferenceModel model = testing::tiny_model(config, w.model_seed);

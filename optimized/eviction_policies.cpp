@@ -1,0 +1,162 @@
+#include "optimized/eviction_policies.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace kvcheck {
+
+std::vector<std::int32_t> top_positions(std::span<const float> scores, std::int64_t candidates, std::int64_t count) {
+  std::vector<std::int32_t> order(static_cast<std::size_t>(candidates));
+  std::iota(order.begin(), order.end(), 0);
+  count = std::clamp<std::int64_t>(count, 0, candidates);
+  std::partial_sort(order.begin(), order.begin() + count, order.end(), [&](std::int32_t a, std::int32_t b) {
+    const float sa = scores[static_cast<std::size_t>(a)];
+    const float sb = scores[static_cast<std::size_t>(b)];
+    return sa != sb ? sa > sb : a < b;
+  });
+  order.resize(static_cast<std::size_t>(count));
+  std::sort(order.begin(), order.end());
+  return order;
+}
+
+std::vector<float> max_pool(std::span<const float> scores, std::int64_t pool) {
+  const std::int64_t n = static_cast<std::int64_t>(scores.size());
+  const std::int64_t half = pool / 2;
+  std::vector<float> out(scores.size());
+  for (std::int64_t i = 0; i < n; ++i) {
+    float m = scores[static_cast<std::size_t>(i)];
+    for (std::int64_t j = std::max<std::int64_t>(0, i - half); j <= std::min(n - 1, i + half); ++j) {
+      m = std::max(m, scores[static_cast<std::size_t>(j)]);
+    }
+    out[static_cast<std::size_t>(i)] = m;
+  }
+  return out;
+}
+
+namespace {
+
+std::vector<std::int32_t> all_positions(std::int64_t n) {
+  std::vector<std::int32_t> p(static_cast<std::size_t>(n));
+  std::iota(p.begin(), p.end(), 0);
+  return p;
+}
+
+// Positions [from, to) appended to `kept`.
+void append_range(std::vector<std::int32_t>& kept, std::int64_t from, std::int64_t to) {
+  for (std::int64_t p = from; p < to; ++p) kept.push_back(static_cast<std::int32_t>(p));
+}
+
+class EvictionPolicy : public KvPolicy {
+ public:
+  std::vector<KvTier> tiers() const override { return {KvTier{fp16_format(), fp16_format()}}; }
+  bool evicts() const override { return true; }
+};
+
+class StreamingPolicy final : public EvictionPolicy {
+ public:
+  StreamingPolicy(std::int64_t sinks, std::int64_t window) : sinks_(sinks), window_(window) {}
+  std::string name() const override { return fmt::format("streaming:sinks={},window={}", sinks_, window_); }
+  std::string description() const override {
+    return fmt::format("StreamingLLM: the first {} positions and the {} most recent, fp16", sinks_, window_);
+  }
+  std::vector<std::int32_t> select_prompt(std::int32_t, std::int64_t n, const PromptScores&) const override {
+    if (n <= sinks_ + window_) return all_positions(n);
+    std::vector<std::int32_t> kept;
+    append_range(kept, 0, sinks_);
+    append_range(kept, n - window_, n);
+    return kept;
+  }
+  std::optional<std::size_t> select_victim(std::int32_t, std::span<const LiveToken> live,
+                                           std::int32_t) const override {
+    if (static_cast<std::int64_t>(live.size()) < sinks_ + window_) return std::nullopt;
+    std::optional<std::size_t> oldest;
+    for (std::size_t i = 0; i < live.size(); ++i) {
+      if (live[i].position < sinks_) continue;
+      if (!oldest || live[i].position < live[*oldest].position) oldest = i;
+    }
+    return oldest;
+  }
+
+ private:
+  std::int64_t sinks_, window_;
+};
+
+class H2oPolicy final : public EvictionPolicy {
+ public:
+  H2oPolicy(std::int64_t budget, double recent)
+      : budget_(budget), recent_share_(recent),
+        recent_(std::clamp<std::int64_t>(std::llround(static_cast<double>(budget) * recent), 1, budget)) {}
+  std::string name() const override { return fmt::format("h2o:budget={},recent={}", budget_, recent_share_); }
+  std::string description() const override {
+    return fmt::format("H2O: {} tokens per head, {} most recent plus heavy hitters by accumulated attention, fp16",
+                       budget_, recent_);
+  }
+  bool accumulates_scores() const override { return true; }
+  std::vector<std::int32_t> select_prompt(std::int32_t, std::int64_t n, const PromptScores& s) const override {
+    if (n <= budget_) return all_positions(n);
+    std::vector<std::int32_t> kept = top_positions(s.all, n - recent_, budget_ - recent_);
+    append_range(kept, n - recent_, n);
+    return kept;
+  }
+  std::optional<std::size_t> select_victim(std::int32_t, std::span<const LiveToken> live,
+                                           std::int32_t new_position) const override {
+    if (static_cast<std::int64_t>(live.size()) < budget_) return std::nullopt;
+    // The recent window: the `recent_` latest positions, the one being added included.
+    const std::int64_t protected_from = static_cast<std::int64_t>(new_position) - recent_ + 1;
+    std::optional<std::size_t> victim;
+    for (std::size_t i = 0; i < live.size(); ++i) {
+      if (live[i].position >= protected_from) continue;
+      if (!victim || live[i].score < live[*victim].score ||
+          (live[i].score == live[*victim].score && live[i].position < live[*victim].position)) {
+        victim = i;
+      }
+    }
+    return victim;
+  }
+
+ private:
+  std::int64_t budget_;
+  double recent_share_;
+  std::int64_t recent_;
+};
+
+class SnapKvPolicy final : public EvictionPolicy {
+ public:
+  SnapKvPolicy(std::int64_t budget, std::int64_t window, std::int64_t pool)
+      : budget_(budget), window_(window), pool_(pool) {}
+  std::string name() const override {
+    return fmt::format("snapkv:budget={},window={},pool={}", budget_, window_, pool_);
+  }
+  std::string description() const override {
+    return fmt::format("SnapKV: {} prompt tokens per head chosen once by the last {} queries (max-pool {}), "
+                       "generated tokens all kept, fp16", budget_, window_, pool_);
+  }
+  std::int64_t observation_window() const override { return window_; }
+  std::vector<std::int32_t> select_prompt(std::int32_t, std::int64_t n, const PromptScores& s) const override {
+    if (n <= budget_) return all_positions(n);
+    const std::vector<float> pooled = max_pool(s.window.first(static_cast<std::size_t>(n - window_)), pool_);
+    std::vector<std::int32_t> kept = top_positions(pooled, n - window_, budget_ - window_);
+    append_range(kept, n - window_, n);
+    return kept;
+  }
+
+ private:
+  std::int64_t budget_, window_, pool_;
+};
+
+}  // namespace
+
+std::unique_ptr<KvPolicy> make_streaming_policy(std::int64_t sinks, std::int64_t window) {
+  return std::make_unique<StreamingPolicy>(sinks, window);
+}
+std::unique_ptr<KvPolicy> make_h2o_policy(std::int64_t budget, double recent) {
+  return std::make_unique<H2oPolicy>(budget, recent);
+}
+std::unique_ptr<KvPolicy> make_snapkv_policy(std::int64_t budget, std::int64_t window, std::int64_t pool) {
+  return std::make_unique<SnapKvPolicy>(budget, window, pool);
+}
+
+}  // namespace kvcheck

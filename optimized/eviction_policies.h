@@ -1,0 +1,40 @@
+// Eviction policies (DESIGN.md, "Compression policies"): every kept token is stored in fp16 (the
+// full-fp16 cache they are compared against), and a head holds at most a budget of tokens.
+//
+//   streaming  StreamingLLM: the first `sinks` positions (attention sinks) and the `window` most
+//              recent ones. Prefill keeps exactly those; each decode step past the budget drops
+//              the oldest token that is not a sink.
+//   h2o        H2O: a `budget` split into a recent window (round(budget * recent) positions,
+//              the one being added included) and heavy hitters, the tokens with the largest
+//              accumulated attention. Prefill ranks the older prompt tokens by the attention they
+//              received from every prompt query; each decode step adds that step's attention
+//              to every live token's score and, past the budget, drops the lowest-scored token
+//              outside the recent window (ties: the oldest), one per step.
+//   snapkv     SnapKV: selection once, at prefill. The last `window` prompt queries (the
+//              observation window) vote: each older token's attention from them, max-pooled
+//              over `pool` neighbouring positions, ranks it; the top budget - window of them and
+//              the window itself are kept. Decode never evicts.
+//
+// Scores of a kv head are the maximum over its group's query heads (LeanKV's GQA aggregation).
+// Ties between equal scores always go to the older position, so every choice is deterministic.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "optimized/kv_policy.h"
+
+namespace kvcheck {
+
+std::unique_ptr<KvPolicy> make_streaming_policy(std::int64_t sinks, std::int64_t window);
+std::unique_ptr<KvPolicy> make_h2o_policy(std::int64_t budget, double recent);
+std::unique_ptr<KvPolicy> make_snapkv_policy(std::int64_t budget, std::int64_t window, std::int64_t pool);
+
+// The policies' selection rules, exposed for the tests' independent checks.
+// The `count` positions of [0, candidates) with the largest score (ties: the lower position),
+// ascending.
+std::vector<std::int32_t> top_positions(std::span<const float> scores, std::int64_t candidates, std::int64_t count);
+// Max pooling with a centred window of `pool` positions (pool odd), clipped at the ends.
+std::vector<float> max_pool(std::span<const float> scores, std::int64_t pool);
+
+}  // namespace kvcheck

@@ -1,0 +1,99 @@
+// The eviction policies' selection rules on hand-computed cases, and policy specs
+// (`name:key=value,...`) with their errors.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "optimized/eviction_policies.h"
+#include "optimized/kv_policy.h"
+#include "reference/errors.h"
+
+namespace kvcheck {
+namespace {
+
+using Positions = std::vector<std::int32_t>;
+
+TEST(PolicySpec, ParsesParametersAndNamesWhatIsWrong) {
+  EXPECT_EQ(make_policy("h2o")->name(), "h2o:budget=64,recent=0.5");
+  EXPECT_EQ(make_policy("h2o:recent=0.25,budget=10")->name(), "h2o:budget=10,recent=0.25");
+  EXPECT_EQ(make_policy("streaming:window=8")->name(), "streaming:sinks=4,window=8");
+  EXPECT_FALSE(make_policy("full-fp16")->evicts());
+  EXPECT_TRUE(make_policy("snapkv")->evicts());
+  auto message = [](const std::string& spec) {
+    try {
+      make_policy(spec);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message("h2o:budgt=3").find("unknown parameter 'budgt'; its parameters: budget, recent"), std::string::npos);
+  EXPECT_NE(message("h2o:budget=1.5").find("'budget' must be an integer"), std::string::npos);
+  EXPECT_NE(message("h2o:budget=").find("'budget' needs a number"), std::string::npos);
+  EXPECT_NE(message("h2o:budget=0").find("'budget' = 0 is outside"), std::string::npos);
+  EXPECT_NE(message("h2o:recent=2").find("'recent' = 2 is outside [0, 1]"), std::string::npos);
+  EXPECT_NE(message("snapkv:budget=8,window=8").find("window must be smaller than budget"), std::string::npos);
+  EXPECT_NE(message("snapkv:pool=4").find("pool must be odd"), std::string::npos);
+  EXPECT_NE(message("full-fp32:x=1").find("its parameters: none"), std::string::npos);
+  EXPECT_NE(message("lean").find("unknown; known policies: full-fp32"), std::string::npos);
+}
+
+TEST(EvictionRules, TopPositionsBreaksTiesTowardTheOlderPosition) {
+  const std::vector<float> s = {0.1f, 0.5f, 0.5f, 0.3f, 0.9f, 0.5f};
+  EXPECT_EQ(top_positions(s, 6, 3), (Positions{1, 2, 4}));
+  EXPECT_EQ(top_positions(s, 4, 2), (Positions{1, 2}));  // only the first 4 are candidates
+  EXPECT_EQ(top_positions(s, 6, 0), Positions{});
+  EXPECT_EQ(top_positions(s, 3, 9), (Positions{0, 1, 2}));
+}
+
+TEST(EvictionRules, MaxPoolIsCentredAndClippedAtTheEnds) {
+  const std::vector<float> s = {1, 0, 0, 0, 5, 0, 0};
+  EXPECT_EQ(max_pool(s, 3), (std::vector<float>{1, 1, 0, 5, 5, 5, 0}));
+  EXPECT_EQ(max_pool(s, 1), s);
+  EXPECT_EQ(max_pool(s, 7), (std::vector<float>{1, 5, 5, 5, 5, 5, 5}));  // 0 sees 0..3 only
+}
+
+TEST(EvictionRules, StreamingKeepsSinksAndWindow) {
+  const auto p = make_streaming_policy(2, 3);
+  const PromptScores none{};
+  EXPECT_EQ(p->select_prompt(0, 4, none), (Positions{0, 1, 2, 3}));
+  EXPECT_EQ(p->select_prompt(0, 5, none), (Positions{0, 1, 2, 3, 4}));
+  EXPECT_EQ(p->select_prompt(0, 9, none), (Positions{0, 1, 6, 7, 8}));
+  // Full (5 tokens): the oldest non-sink goes, wherever it sits in walk order.
+  const std::vector<LiveToken> live = {{0, 0}, {8, 0}, {1, 0}, {6, 0}, {7, 0}};
+  EXPECT_EQ(p->select_victim(0, live, 9), std::optional<std::size_t>(3));
+  EXPECT_EQ(p->select_victim(0, std::span(live).first(4), 9), std::nullopt);
+}
+
+TEST(EvictionRules, H2oKeepsRecentWindowAndHeavyHitters) {
+  const auto p = make_h2o_policy(4, 0.5);  // 2 recent, 2 heavy
+  const std::vector<float> all = {0.9f, 0.1f, 0.4f, 0.4f, 0.2f, 0.0f, 0.0f};
+  EXPECT_EQ(p->select_prompt(0, 4, PromptScores{all, {}}), (Positions{0, 1, 2, 3}));
+  // Candidates 0..4 (5 and 6 are recent): 0 (0.9), then 2 and 3 tie at 0.4 -> 2.
+  EXPECT_EQ(p->select_prompt(0, 7, PromptScores{all, {}}), (Positions{0, 2, 5, 6}));
+  EXPECT_TRUE(p->accumulates_scores());
+  // Adding position 7: positions >= 6 are recent. Lowest score outside them: 0.3 at 2 and 5 -> 2.
+  const std::vector<LiveToken> live = {{0, 2.0f}, {5, 0.3f}, {2, 0.3f}, {6, 0.0f}};
+  EXPECT_EQ(p->select_victim(0, live, 7), std::optional<std::size_t>(2));
+  EXPECT_EQ(p->select_victim(0, std::span(live).first(3), 7), std::nullopt);  // under budget
+  // recent = 0 still protects the token being added (at least one recent position).
+  const auto r0 = make_h2o_policy(2, 0.0);
+  EXPECT_EQ(r0->select_prompt(0, 5, PromptScores{all, {}}), (Positions{0, 4}));
+}
+
+TEST(EvictionRules, SnapKvPoolsTheWindowVotesOverTheOlderTokens) {
+  const auto p = make_snapkv_policy(4, 2, 3);  // keep 2 window tokens + 2 voted
+  EXPECT_EQ(p->observation_window(), 2);
+  EXPECT_FALSE(p->accumulates_scores());
+  //                          0     1     2     3     4     5     6  (5, 6: the window)
+  const std::vector<float> win = {0.0f, 0.0f, 0.6f, 0.0f, 0.0f, 0.9f, 0.9f};
+  const std::vector<float> all = {9.0f, 9.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};  // ignored: SnapKV votes by window
+  // Pooled over 0..4 with width 3: {0, .6, .6, .6, 0}: positions 1, 2 (ties to the older).
+  EXPECT_EQ(p->select_prompt(0, 7, PromptScores{all, win}), (Positions{1, 2, 5, 6}));
+  EXPECT_EQ(p->select_prompt(0, 4, PromptScores{all, win}), (Positions{0, 1, 2, 3}));
+  const std::vector<LiveToken> live(10, LiveToken{});
+  EXPECT_EQ(p->select_victim(0, live, 20), std::nullopt);  // never evicts while decoding
+}
+
+}  // namespace
+}  // namespace kvcheck

@@ -1,0 +1,245 @@
+// The eviction policies (optimized/eviction_policies.h) held to a per-step oracle on small
+// random models. At every decode step, for every layer and kv head:
+//
+//   attention  each query head's output equals exact attention (double) over exactly the
+//              positions the head holds, with those positions' keys and values as the runner
+//              computed them, rounded to fp16 as the policies store them (the shadow copy is
+//              taken from the runner's trace before anything is stored, so a wrong slot, a stale
+//              page or a dead slot read would all show);
+//   the set    streaming: exactly the sinks and the recent window; h2o: the recent window and
+//              min(context, budget) tokens; snapkv: every generated token, and the prompt tokens
+//              chosen at prefill, never fewer, never others;
+//   h2o        each live token's score is its score at the previous step plus the probability it
+//              received then (the cache's slot-to-probability mapping), and the token that left
+//              is the one H2O's rule picks from those scores: the lowest outside the recent
+//              window, ties to the oldest.
+//
+//   RC_PARAMS="seed=N" build-cpu/properties/kvcheck_property_tests --gtest_filter='EvictionProps.*'
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "kernels/quant_math.h"
+#include "optimized/engine.h"
+#include "properties/support/model_fixtures.h"
+#include "properties/support/property_check.h"
+
+namespace kvcheck {
+namespace {
+
+using testing::check_property;
+
+struct PolicyCase {
+  std::string kind;  // streaming, h2o, snapkv
+  std::int64_t a = 0, b = 0, c = 0;  // sinks/window; budget/recent tokens; budget/window/pool
+  double recent = 0.0;
+  std::string spec;
+};
+
+PolicyCase gen_policy() {
+  PolicyCase p;
+  p.kind = *rc::gen::element<std::string>("streaming", "h2o", "snapkv");
+  if (p.kind == "streaming") {
+    p.a = *rc::gen::inRange<std::int64_t>(0, 5);
+    p.b = *rc::gen::inRange<std::int64_t>(1, 12);
+    p.spec = fmt::format("streaming:sinks={},window={}", p.a, p.b);
+  } else if (p.kind == "h2o") {
+    p.a = *rc::gen::inRange<std::int64_t>(1, 16);
+    p.recent = *rc::gen::element(0.0, 0.25, 0.5, 1.0);
+    p.b = std::clamp<std::int64_t>(std::llround(static_cast<double>(p.a) * p.recent), 1, p.a);
+    p.spec = fmt::format("h2o:budget={},recent={}", p.a, p.recent);
+  } else {
+    p.b = *rc::gen::inRange<std::int64_t>(1, 8);
+    p.a = p.b + *rc::gen::inRange<std::int64_t>(1, 10);
+    p.c = *rc::gen::element<std::int64_t>(1, 3, 7);
+    p.spec = fmt::format("snapkv:budget={},window={},pool={}", p.a, p.b, p.c);
+  }
+  return p;
+}
+
+float fp16(float x) { return quant::f16_to_float(quant::f16_from_float(x)); }
+
+struct HeadHistory {
+  std::map<std::int32_t, float> scores;  // position -> score after the previous step's update
+  std::set<std::int32_t> prompt_kept;    // snapkv: the prompt positions seen at the first step
+  bool seen = false;
+};
+
+TEST(EvictionProps, EveryStepAttendsToExactlyWhatThePolicyHolds) {
+  check_property("eviction policies: per-step oracle", 150, [] {
+    testing::TinyShape shape;
+    shape.layers = *rc::gen::inRange<std::int64_t>(1, 3);
+    shape.kv_heads = *rc::gen::element<std::int64_t>(1, 2);
+    shape.heads = shape.kv_heads * *rc::gen::element<std::int64_t>(1, 2);
+    shape.head_dim = *rc::gen::element<std::int64_t>(8, 16);
+    shape.hidden = shape.heads * 8;
+    shape.max_positions = 96;
+    const ModelConfig config = testing::tiny_config(shape);
+    const auto seed = *rc::gen::inRange<std::uint64_t>(0, 1000000);
+    const ReferenceModel model = testing::tiny_model(config, seed);
+    const PolicyCase pc = gen_policy();
+    EngineOptions o;
+    o.policy = pc.spec;
+    o.page_bytes = *rc::gen::element<std::int64_t>(256, 512);
+    o.pages = 512;
+    o.threads = 1;
+    o.poison = true;
+    std::unique_ptr<Engine> e = make_engine(model, o);
+    const std::int64_t T = *rc::gen::inRange<std::int64_t>(1, 40);
+    const std::int64_t steps = *rc::gen::inRange<std::int64_t>(1, 24);
+    const std::vector<std::int32_t> prompt = testing::test_tokens(T, config.vocab_size, seed + 1);
+    const std::int64_t d = config.head_dim, kvh = config.num_key_value_heads, group = config.group_size();
+    const auto kv_dim = static_cast<std::size_t>(config.kv_dim());
+    const std::int64_t tpp = e->cache->manager().pool().tokens_per_page(kHighTier);
+
+    // Shadow keys and values [layer][position][kv_dim], fp16-rounded.
+    std::vector<std::map<std::int32_t, std::vector<float>>> keys(static_cast<std::size_t>(config.num_hidden_layers)),
+        values(keys.size());
+    std::map<std::pair<std::int32_t, std::int32_t>, HeadHistory> history;  // (layer, head)
+    std::map<std::pair<std::int32_t, std::int32_t>, std::vector<float>> last_probs;
+    std::map<std::pair<std::int32_t, std::int32_t>, std::vector<SlotRef>> last_slots;
+    std::map<std::pair<std::int32_t, std::int32_t>, std::vector<LiveToken>> last_live;
+    std::int64_t checks = 0;
+    std::string failure;
+    RunnerTrace trace;
+    trace.on_kv = [&](std::int64_t, std::int32_t layer, std::int32_t first, std::int64_t n, std::span<const float> k,
+                      std::span<const float> v) {
+      for (std::int64_t t = 0; t < n; ++t) {
+        std::vector<float> kr(kv_dim), vr(kv_dim);
+        for (std::size_t c = 0; c < kv_dim; ++c) {
+          kr[c] = fp16(k[static_cast<std::size_t>(t) * kv_dim + c]);
+          vr[c] = fp16(v[static_cast<std::size_t>(t) * kv_dim + c]);
+        }
+        keys[static_cast<std::size_t>(layer)][first + static_cast<std::int32_t>(t)] = kr;
+        values[static_cast<std::size_t>(layer)][first + static_cast<std::int32_t>(t)] = vr;
+      }
+    };
+    auto fail = [&](const std::string& what) {
+      if (failure.empty()) failure = what;
+    };
+    trace.on_decode_head = [&](const DecodeHeadTrace& s) {
+      std::vector<LiveToken> live;
+      std::vector<SlotRef> slots;
+      e->cache->live_tokens(s.request, s.layer, s.kv_head, live, slots);
+      std::set<std::int32_t> held;
+      for (const LiveToken& t : live) held.insert(t.position);
+      const std::string at = fmt::format("{} layer {} head {} step position {}", pc.spec, s.layer, s.kv_head, s.position);
+      const std::int32_t p = s.position;
+      // The set the policy claims.
+      if (pc.kind == "streaming") {
+        std::set<std::int32_t> want;
+        for (std::int32_t j = 0; j <= p; ++j) {
+          if (j < pc.a || j > p - pc.b || p + 1 <= pc.a + pc.b) want.insert(j);
+        }
+        if (held != want) fail(at + ": streaming holds the wrong positions");
+      } else if (pc.kind == "h2o") {
+        if (static_cast<std::int64_t>(held.size()) != std::min<std::int64_t>(p + 1, pc.a)) {
+          fail(at + fmt::format(": h2o holds {} tokens, budget {}", held.size(), pc.a));
+        }
+        for (std::int32_t j = std::max<std::int32_t>(0, p - static_cast<std::int32_t>(pc.b) + 1); j <= p; ++j) {
+          if (!held.contains(j)) fail(at + fmt::format(": h2o dropped recent position {}", j));
+        }
+      } else {
+        HeadHistory& h = history[{s.layer, s.kv_head}];
+        std::set<std::int32_t> prompt_part;
+        for (std::int32_t j : held) {
+          if (j < T) prompt_part.insert(j);
+        }
+        for (std::int32_t j = static_cast<std::int32_t>(T); j <= p; ++j) {
+          if (!held.contains(j)) fail(at + fmt::format(": snapkv dropped generated position {}", j));
+        }
+        if (static_cast<std::int64_t>(prompt_part.size()) != std::min<std::int64_t>(T, pc.a)) {
+          fail(at + fmt::format(": snapkv holds {} prompt tokens, budget {}", prompt_part.size(), pc.a));
+        }
+        for (std::int32_t j = std::max<std::int32_t>(0, static_cast<std::int32_t>(T - pc.b)); j < T; ++j) {
+          if (!prompt_part.contains(j)) fail(at + fmt::format(": snapkv dropped window position {}", j));
+        }
+        if (h.seen && prompt_part != h.prompt_kept) fail(at + ": snapkv changed its prompt tokens during decode");
+        h.prompt_kept = prompt_part;
+        h.seen = true;
+      }
+      // H2O's scores and victim, from the previous step's scores and probabilities.
+      const auto key = std::make_pair(s.layer, s.kv_head);
+      if (pc.kind == "h2o" && last_live.contains(key)) {
+        std::map<std::int32_t, float> expected;  // after the previous step's update
+        for (std::size_t i = 0; i < last_live[key].size(); ++i) {
+          const SlotRef& r = last_slots[key][i];
+          const float add = last_probs[key].at(static_cast<std::size_t>(r.page_index * tpp + r.slot));
+          expected[last_live[key][i].position] = last_live[key][i].score + add;
+        }
+        for (const LiveToken& t : live) {
+          if (t.position == p) continue;
+          if (!expected.contains(t.position) || expected[t.position] != t.score) {
+            fail(at + fmt::format(": position {} has score {}, expected {}", t.position, t.score,
+                                  expected.contains(t.position) ? expected[t.position] : -1.0f));
+          }
+        }
+        std::optional<std::int32_t> victim;  // H2O's rule, written out again
+        if (static_cast<std::int64_t>(expected.size()) >= pc.a) {
+          for (const auto& [pos, score] : expected) {
+            if (pos > p - pc.b) continue;
+            if (!victim || score < expected[*victim]) victim = pos;
+          }
+        }
+        for (const auto& [pos, score] : expected) {
+          const bool gone = !held.contains(pos);
+          if (gone != (victim && *victim == pos)) fail(at + fmt::format(": position {} evicted {}, H2O's rule says {}",
+                                                                        pos, gone, victim ? *victim : -1));
+        }
+      }
+      last_live[key] = live;
+      last_slots[key] = slots;
+      last_probs[key].assign(s.slot_probs.begin(), s.slot_probs.end());
+      // Exact attention over the held positions.
+      const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+      for (std::int64_t g = 0; g < group; ++g) {
+        std::vector<double> logit;
+        double mx = -INFINITY;
+        for (std::int32_t j : held) {
+          const std::vector<float>& k = keys[static_cast<std::size_t>(s.layer)].at(j);
+          double dot = 0.0;
+          for (std::int64_t c = 0; c < d; ++c) {
+            dot += static_cast<double>(s.q[static_cast<std::size_t>(g * d + c)]) *
+                   static_cast<double>(k[static_cast<std::size_t>(s.kv_head * d + c)]);
+          }
+          logit.push_back(dot * scale);
+          mx = std::max(mx, logit.back());
+        }
+        double z = 0.0;
+        for (double& l : logit) z += (l = std::exp(l - mx));
+        for (std::int64_t c = 0; c < d; ++c) {
+          double ref = 0.0, vmax = 0.0;
+          std::size_t i = 0;
+          for (std::int32_t j : held) {
+            const double v = values[static_cast<std::size_t>(s.layer)].at(j)[static_cast<std::size_t>(s.kv_head * d + c)];
+            ref += logit[i++] / z * v;
+            vmax = std::max(vmax, std::abs(v));
+          }
+          const double got = s.out[static_cast<std::size_t>(g * d + c)];
+          if (!(std::abs(got - ref) <= 1e-5 * (1.0 + vmax))) {
+            fail(at + fmt::format(": query head {} channel {}: engine {} vs exact {} over the held positions", g, c,
+                                  got, ref));
+          }
+        }
+      }
+      ++checks;
+    };
+    e->runner->set_trace(&trace);
+    EngineGenerateOptions go;
+    go.max_new_tokens = steps;
+    go.stop_at_eos = false;
+    const EngineGenerateResult r = engine_generate(*e, 0, prompt, go);
+    if (!failure.empty()) RC_FAIL(failure);
+    RC_ASSERT(checks == (static_cast<std::int64_t>(r.generated.size()) - 1) * config.num_hidden_layers * kvh);
+    RC_TAG(pc.kind);
+  });
+}
+
+}  // namespace
+}  // namespace kvcheck
