@@ -48,6 +48,7 @@ struct VerifyArgs {
   std::int64_t page_bytes = 16 * 1024;
   int threads = 0;
   std::uint64_t seed = 1;  // prompts of random ids, for a model without tokenizer.model
+  bool verify_each_step = false;  // the per-step oracle (exit 3 on a violation)
   std::string json;
 };
 void add_verify(CLI::App& app, VerifyArgs& args);

@@ -20,6 +20,7 @@
 
 #include "cli/commands.h"
 #include "cli/json_file.h"
+#include "cli/verify_step_oracle.h"
 #include "oracles/accuracy_metrics.h"
 #include "oracles/eval_data.h"
 #include "oracles/metrics.h"
@@ -55,6 +56,10 @@ void add_verify(CLI::App& app, VerifyArgs& args) {
   cmd->add_option("--threads", args.threads, "Engine CPU threads (0: every core)")->capture_default_str();
   cmd->add_option("--seed", args.seed, "Seed of the random-id prompts used when the model has no tokenizer.model")
       ->capture_default_str();
+  cmd->add_flag("--verify-each-step", args.verify_each_step,
+                "At every decode step, layer and kv head, check the engine's attention against exact attention over "
+                "the tokens the policy holds and against the error bound around full attention (exit 3 on a "
+                "violation)");
   cmd->add_option("--json", args.json, "Write the summary and per-prompt results as JSON");
 }
 
@@ -132,6 +137,8 @@ int run_verify(const VerifyArgs& args) {
   std::string origin;
   const std::vector<Prompt> prompts = make_prompts(args, dir, c, origin);
   const auto V = static_cast<std::size_t>(c.vocab_size);
+  std::unique_ptr<VerifyStepOracle> oracle;
+  if (args.verify_each_step) oracle = std::make_unique<VerifyStepOracle>(*engine);
 
   std::vector<double> kls, nmses;
   double prefill_nmse_max = 0.0;
@@ -155,6 +162,7 @@ int run_verify(const VerifyArgs& args) {
       continuation = g.generated;
       ref_logits = g.logits;
     }
+    if (oracle) oracle->begin(fmt::format("prompt {} ({})", p, prompts[p].source));
     EngineGenerateOptions eg;
     eg.max_new_tokens = static_cast<std::int64_t>(continuation.size());
     eg.stop_at_eos = false;
@@ -206,6 +214,15 @@ int run_verify(const VerifyArgs& args) {
   fmt::print("  KL mean {:.3e}, p99 {:.3e}, max {:.3e}\n  top-1 agreement {:.4f} over {} positions\n", kl_mean,
              sorted.empty() ? 0.0 : percentile_sorted(sorted, 99.0), sorted.empty() ? 0.0 : sorted.back(), top1,
              positions);
+  if (oracle) {
+    for (const std::string& line : oracle->reports()) fmt::print("  {}\n", line);
+    const nlohmann::json o = oracle->summary();
+    fmt::print("  per-step oracle: {} checks, {} violations (held set {}, bound {}); max error vs held set {:.3e}, "
+               "max share of the bound used {:.3f}, max pruned mass {:.3e}\n",
+               o["oracle_checks"].get<std::int64_t>(), o["oracle_violations"].get<std::int64_t>(),
+               o["held_violations"].get<std::int64_t>(), o["bound_violations"].get<std::int64_t>(),
+               o["held_error_max"].get<double>(), o["bound_use_max"].get<double>(), o["pruned_mass_max"].get<double>());
+  }
   if (!args.json.empty()) {
     nlohmann::json j = {{"model", dir.string()},
                         {"policy", args.policy},
@@ -224,7 +241,12 @@ int run_verify(const VerifyArgs& args) {
                         {"kl_max", sorted.empty() ? 0.0 : sorted.back()},
                         {"top1_agreement", top1},
                         {"per_prompt", per_prompt}};
+    if (oracle) j["oracle"] = oracle->summary();
     write_json_atomically(args.json, j, "--json");
+  }
+  if (oracle && oracle->violations() > 0) {
+    fmt::print(stderr, "kvcheck: per-step oracle: {} violation(s) under policy {}\n", oracle->violations(), args.policy);
+    return 3;
   }
   return 0;
 }

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "optimized/kv_policy.h"
 #include "properties/support/cli_runner.h"
 #include "properties/support/test_support.h"
 
@@ -65,6 +66,28 @@ TEST(VerifyCli, Int4IsVisiblyWorseThanInt8) {
     kl[i++] = read_json_file(out)["kl_mean"].get<double>();
   }
   EXPECT_GT(kl[1], 10 * kl[0]);
+}
+
+// Every registered policy, with its default parameters, on prompts long enough for the default
+// budgets to evict: the per-step oracle checks every decode step, layer and kv head.
+TEST(VerifyCli, PerStepOracleHoldsForEveryRegisteredPolicy) {
+  TempDir dir;
+  for (const std::string& policy : policy_names()) {
+    const auto out = dir / (policy + ".json");
+    const auto run = run_kvcheck("verify --verify-each-step --policy " + policy +
+                                 " --prompts 3 --prompt-tokens 96 --max-new-tokens 32 --json " + testing::shell_quote(out));
+    ASSERT_EQ(run.code, 0) << policy << "\n" << run.output;
+    const json j = read_json_file(out);
+    const json& o = j["oracle"];
+    EXPECT_EQ(o["oracle_checks"], 3 * 32 * 4 * 2) << policy;  // prompts x steps x layers x kv heads
+    EXPECT_EQ(o["oracle_violations"], 0) << policy;
+    EXPECT_LE(o["bound_use_max"].get<double>(), 1.0) << policy;
+    if (make_policy(policy)->evicts()) {
+      EXPECT_GT(o["pruned_mass_max"].get<double>(), 0.0) << policy << ": nothing was evicted, the test is vacuous";
+    } else {
+      EXPECT_LT(o["pruned_mass_max"].get<double>(), 1e-12) << policy;
+    }
+  }
 }
 
 TEST(VerifyCli, BadFlagsExitTwoNamingThem) {

@@ -1,0 +1,111 @@
+#include "cli/verify_step_oracle.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "oracles/step_oracle.h"
+
+namespace kvcheck::cli {
+
+VerifyStepOracle::VerifyStepOracle(Engine& engine, std::int64_t max_reports)
+    : engine_(engine), max_reports_(max_reports) {
+  trace_.on_kv = [this](std::int64_t, std::int32_t layer, std::int32_t first, std::int64_t tokens,
+                        std::span<const float> k, std::span<const float> v) { on_kv(layer, first, tokens, k, v); };
+  trace_.on_decode_head = [this](const DecodeHeadTrace& s) { on_decode_head(s); };
+  engine_.runner->set_trace(&trace_);
+}
+
+VerifyStepOracle::~VerifyStepOracle() { engine_.runner->set_trace(nullptr); }
+
+void VerifyStepOracle::begin(std::string label) {
+  label_ = std::move(label);
+  keys_.assign(static_cast<std::size_t>(engine_.weights.config.num_hidden_layers), {});
+  values_.assign(keys_.size(), {});
+}
+
+void VerifyStepOracle::on_kv(std::int32_t layer, std::int32_t first, std::int64_t tokens, std::span<const float> k,
+                             std::span<const float> v) {
+  const auto kv_dim = static_cast<std::size_t>(engine_.weights.config.kv_dim());
+  std::vector<float>& ks = keys_.at(static_cast<std::size_t>(layer));
+  std::vector<float>& vs = values_.at(static_cast<std::size_t>(layer));
+  // Rows arrive in position order: the prompt, then one per step (a replay rewrites them).
+  const std::size_t at = static_cast<std::size_t>(first) * kv_dim;
+  ks.resize(std::max(ks.size(), at + static_cast<std::size_t>(tokens) * kv_dim));
+  vs.resize(ks.size());
+  std::copy(k.begin(), k.end(), ks.begin() + static_cast<std::ptrdiff_t>(at));
+  std::copy(v.begin(), v.end(), vs.begin() + static_cast<std::ptrdiff_t>(at));
+}
+
+void VerifyStepOracle::on_decode_head(const DecodeHeadTrace& s) {
+  const ModelConfig& c = engine_.weights.config;
+  const std::int64_t d = c.head_dim;
+  const auto kv_dim = static_cast<std::size_t>(c.kv_dim());
+  const std::int64_t context = static_cast<std::int64_t>(s.position) + 1;
+  std::vector<LiveToken> live;
+  std::vector<SlotRef> slots;
+  engine_.cache->live_tokens(s.request, s.layer, s.kv_head, live, slots);
+  // Exact rows of this head over the context, and the held ones as their tier stores them.
+  std::vector<float> keys(static_cast<std::size_t>(context * d)), values(keys.size());
+  const std::vector<float>& ks = keys_.at(static_cast<std::size_t>(s.layer));
+  const std::vector<float>& vs = values_.at(static_cast<std::size_t>(s.layer));
+  for (std::int64_t j = 0; j < context; ++j) {
+    const std::size_t from = static_cast<std::size_t>(j) * kv_dim + static_cast<std::size_t>(s.kv_head * d);
+    std::copy_n(ks.begin() + static_cast<std::ptrdiff_t>(from), d, keys.begin() + j * d);
+    std::copy_n(vs.begin() + static_cast<std::ptrdiff_t>(from), d, values.begin() + j * d);
+  }
+  std::vector<std::size_t> order(live.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return live[a].position < live[b].position; });
+  std::vector<std::int32_t> held;
+  std::vector<float> held_keys, held_values;
+  for (std::size_t i : order) {
+    const std::int32_t j = live[i].position;
+    const KvTier& tier = engine_.cache->tiers()[static_cast<std::size_t>(slots[i].tier)].tier;
+    const std::span<const float> k(keys.data() + j * d, static_cast<std::size_t>(d));
+    const std::span<const float> v(values.data() + j * d, static_cast<std::size_t>(d));
+    const std::vector<float> kh = stored_row_ref(tier.key, k), vh = stored_row_ref(tier.value, v);
+    held.push_back(j);
+    held_keys.insert(held_keys.end(), kh.begin(), kh.end());
+    held_values.insert(held_values.end(), vh.begin(), vh.end());
+  }
+  DecodeStepInputs in;
+  in.group = c.group_size();
+  in.head_dim = d;
+  in.scale = 1.0 / std::sqrt(static_cast<double>(d));
+  in.q = s.q;
+  in.engine_out = s.out;
+  in.keys = keys;
+  in.values = values;
+  in.held = held;
+  in.held_keys = held_keys;
+  in.held_values = held_values;
+  const DecodeStepCheck r = check_decode_step(in);
+  ++checks_;
+  held_error_max_ = std::max(held_error_max_, r.held_error);
+  full_error_max_ = std::max(full_error_max_, r.full_error);
+  pruned_mass_max_ = std::max(pruned_mass_max_, r.pruned_mass);
+  delta_max_ = std::max(delta_max_, r.delta);
+  if (r.full_bound > 0) bound_use_max_ = std::max(bound_use_max_, r.full_error / r.full_bound);
+  if (r.ok()) return;
+  held_violations_ += r.held_violated ? 1 : 0;
+  full_violations_ += r.full_violated ? 1 : 0;
+  if (static_cast<std::int64_t>(reports_.size()) < max_reports_) {
+    reports_.push_back(fmt::format("oracle violation: {}, position {}, layer {}, kv head {}, {} tokens held of {}: {}",
+                                   label_, s.position, s.layer, s.kv_head, held.size(), context, r.describe()));
+  }
+}
+
+nlohmann::json VerifyStepOracle::summary() const {
+  return {{"oracle_checks", checks_},
+          {"oracle_violations", held_violations_ + full_violations_},
+          {"held_violations", held_violations_},
+          {"bound_violations", full_violations_},
+          {"held_error_max", held_error_max_},
+          {"full_error_max", full_error_max_},
+          {"bound_use_max", bound_use_max_},
+          {"pruned_mass_max", pruned_mass_max_},
+          {"delta_max", delta_max_}};
+}
+
+}  // namespace kvcheck::cli

@@ -1,0 +1,148 @@
+#include "oracles/step_oracle.h"
+
+#include <Eigen/Core>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "oracles/quantize_ref.h"
+#include "oracles/retained_attention.h"
+
+namespace kvcheck {
+
+std::vector<float> stored_row_ref(const KvFormat& format, std::span<const float> row) {
+  switch (format.dtype) {
+    case KvDType::kFp32:
+      return {row.begin(), row.end()};
+    case KvDType::kFp16: {
+      std::vector<float> out(row.size());
+      for (std::size_t i = 0; i < row.size(); ++i) out[i] = static_cast<float>(Eigen::half(row[i]));
+      return out;
+    }
+    case KvDType::kInt: {
+      const auto d = static_cast<std::int64_t>(row.size());
+      return dequantize_ref(format.spec, quantize_ref(format.spec, row, 1, d), 1, d);
+    }
+    case KvDType::kFp8E4M3:
+      break;
+  }
+  throw std::invalid_argument("stored_row_ref: fp8 is not a per-token row format");
+}
+
+namespace {
+
+constexpr double kUnit = std::numeric_limits<float>::epsilon() / 2;  // float unit roundoff
+
+// Exact attention (double) of one query head over `n` rows, and the row probabilities.
+void attend(const float* q, std::span<const float> keys, std::span<const float> values, std::int64_t n,
+            std::int64_t d, double scale, std::vector<double>& probs, std::vector<double>& out) {
+  probs.assign(static_cast<std::size_t>(n), 0.0);
+  double mx = -std::numeric_limits<double>::infinity();
+  for (std::int64_t j = 0; j < n; ++j) {
+    double s = 0.0;
+    for (std::int64_t c = 0; c < d; ++c) s += static_cast<double>(q[c]) * keys[static_cast<std::size_t>(j * d + c)];
+    probs[static_cast<std::size_t>(j)] = s * scale;
+    mx = std::max(mx, s * scale);
+  }
+  double z = 0.0;
+  for (double& p : probs) z += (p = std::exp(p - mx));
+  for (double& p : probs) p /= z;
+  out.assign(static_cast<std::size_t>(d), 0.0);
+  for (std::int64_t j = 0; j < n; ++j) {
+    for (std::int64_t c = 0; c < d; ++c) {
+      out[static_cast<std::size_t>(c)] += probs[static_cast<std::size_t>(j)] * values[static_cast<std::size_t>(j * d + c)];
+    }
+  }
+}
+
+}  // namespace
+
+DecodeStepCheck check_decode_step(const DecodeStepInputs& in) {
+  const std::int64_t d = in.head_dim, g = in.group;
+  const auto n = static_cast<std::int64_t>(in.keys.size()) / std::max<std::int64_t>(d, 1);
+  const auto h = static_cast<std::int64_t>(in.held.size());
+  if (d <= 0 || g <= 0 || in.q.size() != static_cast<std::size_t>(g * d) || in.engine_out.size() != in.q.size() ||
+      in.keys.size() != static_cast<std::size_t>(n * d) || in.values.size() != in.keys.size() || h == 0 ||
+      in.held_keys.size() != static_cast<std::size_t>(h * d) || in.held_values.size() != in.held_keys.size()) {
+    throw std::invalid_argument("check_decode_step: inconsistent sizes");
+  }
+  for (std::int64_t i = 0; i < h; ++i) {
+    const std::int32_t j = in.held[static_cast<std::size_t>(i)];
+    if (j < 0 || j >= n || (i > 0 && j <= in.held[static_cast<std::size_t>(i - 1)])) {
+      throw std::invalid_argument("check_decode_step: held indices must be ascending context indices");
+    }
+  }
+  // The exact keys and values of the held tokens, for δ and the value error.
+  double vmax = 0.0, vhat_max = 0.0, dv_max = 0.0;
+  for (std::int64_t j = 0; j < n * d; ++j) vmax = std::max(vmax, std::abs(static_cast<double>(in.values[static_cast<std::size_t>(j)])));
+  for (std::int64_t i = 0; i < h; ++i) {
+    const std::int64_t j = in.held[static_cast<std::size_t>(i)];
+    for (std::int64_t c = 0; c < d; ++c) {
+      const double v = in.values[static_cast<std::size_t>(j * d + c)];
+      const double vh = in.held_values[static_cast<std::size_t>(i * d + c)];
+      vhat_max = std::max(vhat_max, std::abs(vh));
+      dv_max = std::max(dv_max, std::abs(v - vh));
+    }
+  }
+  const RetainedAttentionRef held = retained_attention_ref(in.q, in.held_keys, in.held_values, g, d, in.scale);
+  DecodeStepCheck r;
+  std::vector<double> probs, full;
+  for (std::int64_t q = 0; q < g; ++q) {
+    const float* qv = in.q.data() + q * d;
+    // Float rounding of the engine: each logit's dot product is within γ_d Σ|q_c k̂_c| of exact
+    // (γ_d ≈ d·u), so the probabilities within a factor e^{±2ε}; the weighted sum of the values
+    // and the normalisation add (held + d)·u relative error.
+    double eps = 0.0, delta = 0.0;
+    for (std::int64_t i = 0; i < h; ++i) {
+      const std::int64_t j = in.held[static_cast<std::size_t>(i)];
+      double abs_dot = 0.0, change = 0.0;
+      for (std::int64_t c = 0; c < d; ++c) {
+        const double kh = in.held_keys[static_cast<std::size_t>(i * d + c)];
+        abs_dot += std::abs(qv[c] * kh);
+        change += qv[c] * (static_cast<double>(in.keys[static_cast<std::size_t>(j * d + c)]) - kh);
+      }
+      eps = std::max(eps, 1.01 * static_cast<double>(d + 2) * kUnit * abs_dot * in.scale);
+      delta = std::max(delta, std::abs(change) * in.scale);
+    }
+    const double tol = (std::expm1(2 * eps) + 2.0 * static_cast<double>(h + d + 4) * kUnit) * vhat_max + 1e-30;
+    attend(qv, in.keys, in.values, n, d, in.scale, probs, full);
+    double pruned = 1.0;
+    for (std::int64_t i = 0; i < h; ++i) pruned -= probs[static_cast<std::size_t>(in.held[static_cast<std::size_t>(i)])];
+    pruned = std::max(pruned, 0.0);
+    const double quant = std::expm1(2 * delta) * vhat_max + dv_max;
+    const double prune = 2.0 * pruned * vmax;
+    r.held_tolerance = std::max(r.held_tolerance, tol);
+    r.delta = std::max(r.delta, delta);
+    r.pruned_mass = std::max(r.pruned_mass, pruned);
+    r.quant_bound = std::max(r.quant_bound, quant);
+    r.prune_bound = std::max(r.prune_bound, prune);
+    double held_error = 0.0, full_error = 0.0;
+    for (std::int64_t c = 0; c < d; ++c) {
+      const double e = in.engine_out[static_cast<std::size_t>(q * d + c)];
+      // `!(a <= b)` rather than std::max, so that a NaN output propagates instead of vanishing.
+      const double he = std::abs(e - held.out[static_cast<std::size_t>(q * d + c)]);
+      const double fe = std::abs(e - full[static_cast<std::size_t>(c)]);
+      if (!(he <= held_error)) held_error = he;
+      if (!(fe <= full_error)) full_error = fe;
+    }
+    // Each query head against its own bounds.
+    r.held_violated = r.held_violated || !(held_error <= tol);
+    r.full_violated = r.full_violated || !(full_error <= quant + prune + tol);
+    if (!(held_error <= r.held_error)) r.held_error = held_error;
+    if (!(full_error <= r.full_error)) r.full_error = full_error;
+    r.full_bound = std::max(r.full_bound, quant + prune + tol);
+  }
+  return r;
+}
+
+std::string DecodeStepCheck::describe() const {
+  return fmt::format("held error {:.3e} (tolerance {:.3e}); full error {:.3e} (bound {:.3e} = quantization {:.3e} "
+                     "[delta {:.3e}] + pruning {:.3e} [mass {:.3e}] + rounding)",
+                     held_error, held_tolerance, full_error, full_bound, quant_bound, delta, prune_bound,
+                     pruned_mass);
+}
+
+}  // namespace kvcheck
