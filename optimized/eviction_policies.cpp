@@ -36,6 +36,18 @@ std::vector<float> max_pool(std::span<const float> scores, std::int64_t pool) {
   return out;
 }
 
+std::vector<std::int64_t> pyramid_budgets(std::int64_t mean, double ratio, std::int64_t window, std::int32_t layers) {
+  if (layers <= 1) return {mean};
+  const std::int64_t top = std::max<std::int64_t>(window + 1, std::llround(static_cast<double>(mean) / ratio));
+  const std::int64_t bottom = 2 * mean - top;
+  std::vector<std::int64_t> b;
+  for (std::int32_t l = 0; l < layers; ++l) {
+    const double t = static_cast<double>(l) / static_cast<double>(layers - 1);
+    b.push_back(std::max<std::int64_t>(window + 1, std::llround(static_cast<double>(bottom) - t * static_cast<double>(bottom - top))));
+  }
+  return b;
+}
+
 namespace {
 
 std::vector<std::int32_t> all_positions(std::int64_t n) {
@@ -123,6 +135,17 @@ class H2oPolicy final : public EvictionPolicy {
   std::int64_t recent_;
 };
 
+// SnapKV's vote: the last `window` positions, plus the top `budget - window` older ones by the
+// window's column sums, max-pooled.
+std::vector<std::int32_t> snap_select(std::int64_t n, std::int64_t budget, std::int64_t window, std::int64_t pool,
+                                      const PromptScores& s) {
+  if (n <= budget) return all_positions(n);
+  const std::vector<float> pooled = max_pool(s.window.first(static_cast<std::size_t>(n - window)), pool);
+  std::vector<std::int32_t> kept = top_positions(pooled, n - window, budget - window);
+  append_range(kept, n - window, n);
+  return kept;
+}
+
 class SnapKvPolicy final : public EvictionPolicy {
  public:
   SnapKvPolicy(std::int64_t budget, std::int64_t window, std::int64_t pool)
@@ -136,15 +159,34 @@ class SnapKvPolicy final : public EvictionPolicy {
   }
   std::int64_t observation_window() const override { return window_; }
   std::vector<std::int32_t> select_prompt(std::int32_t, std::int64_t n, const PromptScores& s) const override {
-    if (n <= budget_) return all_positions(n);
-    const std::vector<float> pooled = max_pool(s.window.first(static_cast<std::size_t>(n - window_)), pool_);
-    std::vector<std::int32_t> kept = top_positions(pooled, n - window_, budget_ - window_);
-    append_range(kept, n - window_, n);
-    return kept;
+    return snap_select(n, budget_, window_, pool_, s);
   }
 
  private:
   std::int64_t budget_, window_, pool_;
+};
+
+class PyramidKvPolicy final : public EvictionPolicy {
+ public:
+  PyramidKvPolicy(std::int64_t budget, double ratio, std::int64_t window, std::int64_t pool)
+      : budget_(budget), ratio_(ratio), window_(window), pool_(pool) {}
+  std::string name() const override {
+    return fmt::format("pyramidkv:budget={},ratio={},window={},pool={}", budget_, ratio_, window_, pool_);
+  }
+  std::string description() const override {
+    return fmt::format("PyramidKV: SnapKV selection with prompt budgets falling linearly with depth around a mean of "
+                       "{} (last layer budget / {}), generated tokens all kept, fp16", budget_, ratio_);
+  }
+  std::int64_t observation_window() const override { return window_; }
+  std::vector<std::int32_t> select_prompt(std::int32_t layer, std::int64_t n, const PromptScores& s) const override {
+    const std::vector<std::int64_t> b = pyramid_budgets(budget_, ratio_, window_, s.num_layers);
+    return snap_select(n, b.at(static_cast<std::size_t>(layer)), window_, pool_, s);
+  }
+
+ private:
+  std::int64_t budget_;
+  double ratio_;
+  std::int64_t window_, pool_;
 };
 
 }  // namespace
@@ -157,6 +199,10 @@ std::unique_ptr<KvPolicy> make_h2o_policy(std::int64_t budget, double recent) {
 }
 std::unique_ptr<KvPolicy> make_snapkv_policy(std::int64_t budget, std::int64_t window, std::int64_t pool) {
   return std::make_unique<SnapKvPolicy>(budget, window, pool);
+}
+std::unique_ptr<KvPolicy> make_pyramidkv_policy(std::int64_t budget, double ratio, std::int64_t window,
+                                                std::int64_t pool) {
+  return std::make_unique<PyramidKvPolicy>(budget, ratio, window, pool);
 }
 
 }  // namespace kvcheck

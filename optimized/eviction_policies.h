@@ -14,6 +14,10 @@
 //              observation window) vote: each older token's attention from them, max-pooled
 //              over `pool` neighbouring positions, ranks it; the top budget - window of them and
 //              the window itself are kept. Decode never evicts.
+//   pyramidkv  PyramidKV: SnapKV's selection with a budget per layer, decreasing linearly with
+//              depth (more tokens where attention is broad, fewer where it has funnelled): the
+//              last layer gets budget / ratio (at least window + 1), the first 2 * budget minus
+//              that, the layers between are interpolated, so the mean stays `budget`.
 //
 // Scores of a kv head are the maximum over its group's query heads (LeanKV's GQA aggregation).
 // Ties between equal scores always go to the older position, so every choice is deterministic.
@@ -29,11 +33,15 @@ namespace kvcheck {
 std::unique_ptr<KvPolicy> make_streaming_policy(std::int64_t sinks, std::int64_t window);
 std::unique_ptr<KvPolicy> make_h2o_policy(std::int64_t budget, double recent);
 std::unique_ptr<KvPolicy> make_snapkv_policy(std::int64_t budget, std::int64_t window, std::int64_t pool);
+std::unique_ptr<KvPolicy> make_pyramidkv_policy(std::int64_t budget, double ratio, std::int64_t window,
+                                                std::int64_t pool);
 
 // The policies' selection rules, exposed for the tests' independent checks.
 // The `count` positions of [0, candidates) with the largest score (ties: the lower position),
 // ascending.
 std::vector<std::int32_t> top_positions(std::span<const float> scores, std::int64_t candidates, std::int64_t count);
+// PyramidKV's prompt budget of each of `layers` layers, first to last.
+std::vector<std::int64_t> pyramid_budgets(std::int64_t mean, double ratio, std::int64_t window, std::int32_t layers);
 // Max pooling with a centred window of `pool` positions (pool odd), clipped at the ends.
 std::vector<float> max_pool(std::span<const float> scores, std::int64_t pool);
 

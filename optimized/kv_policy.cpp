@@ -138,6 +138,17 @@ const std::vector<Entry>& registry() {
                    p.require(p.integer("pool") % 2 == 1, "pool must be odd");
                    return make_snapkv_policy(p.integer("budget"), p.integer("window"), p.integer("pool"));
                  }});
+    e.push_back({"pyramidkv", "PyramidKV: SnapKV's selection with per-layer prompt budgets falling with depth, fp16",
+                 {{"budget", 64, 2, kMaxTokens, true, "mean prompt tokens per head over the layers"},
+                  {"ratio", 20, 1, 1000, false, "first-to-last layer budget falls to budget / ratio"},
+                  {"window", 8, 1, kMaxTokens, true, "observation window (last prompt queries), kept"},
+                  {"pool", 7, 1, 101, true, "max-pooling width (odd)"}},
+                 [](const Params& p) {
+                   p.require(p.integer("window") < p.integer("budget"), "window must be smaller than budget");
+                   p.require(p.integer("pool") % 2 == 1, "pool must be odd");
+                   return make_pyramidkv_policy(p.integer("budget"), p["ratio"], p.integer("window"),
+                                                p.integer("pool"));
+                 }});
     return e;
   }();
   return entries;

@@ -3,7 +3,7 @@
 // Uniform policies store every token at one precision for its whole life: full-fp32 (the exact
 // configuration, which must reproduce the reference), full-fp16 (vLLM's default cache), and the
 // per-token integer baselines int8 and int4. Eviction policies (optimized/eviction_policies.h:
-// streaming, h2o, snapkv) also choose, per (request, layer, kv-head), which prompt tokens to keep
+// streaming, h2o, snapkv, pyramidkv) also choose, per (request, layer, kv-head), which prompt tokens to keep
 // after prefill and which token to drop before a decode step adds one.
 //
 // A policy is named `name` or `name:key=value,key=value` (e.g. `h2o:budget=64,recent=0.25`);
@@ -27,6 +27,7 @@ namespace kvcheck {
 struct PromptScores {
   std::span<const float> all;     // [prompt_len]
   std::span<const float> window;  // [prompt_len] (empty when the policy asked for no window)
+  std::int32_t num_layers = 1;    // the model's, for per-layer budgets
 };
 
 // A live token of a head: its position and its score (the attention it has accumulated, for

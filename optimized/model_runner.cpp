@@ -131,7 +131,7 @@ std::vector<float> ModelRunner::prefill(std::int64_t request, std::span<const st
         for (std::int64_t h = 0; h < kvh; ++h) {
           std::vector<float> all = head_scores(column_sums, h);
           const std::vector<float> win = window > 0 ? head_scores(window_sums, h) : std::vector<float>{};
-          kept.push_back(policy.select_prompt(l, T, PromptScores{all, win}));
+          kept.push_back(policy.select_prompt(l, T, PromptScores{all, win, static_cast<std::int32_t>(c.num_hidden_layers)}));
           kept_scores.push_back(policy.accumulates_scores() ? std::move(all) : std::vector<float>{});
         }
         layer_keys.push_back(k);

@@ -95,5 +95,18 @@ TEST(EvictionRules, SnapKvPoolsTheWindowVotesOverTheOlderTokens) {
   EXPECT_EQ(p->select_victim(0, live, 20), std::nullopt);  // never evicts while decoding
 }
 
+TEST(EvictionRules, PyramidBudgetsFallLinearlyAroundTheMean) {
+  // Last layer max(window + 1, 64 / 20) = 9, first 2 * 64 - 9 = 119, interpolated between.
+  EXPECT_EQ(pyramid_budgets(64, 20, 8, 4), (std::vector<std::int64_t>{119, 82, 46, 9}));
+  EXPECT_EQ(pyramid_budgets(10, 2, 2, 2), (std::vector<std::int64_t>{15, 5}));
+  EXPECT_EQ(pyramid_budgets(64, 20, 8, 1), (std::vector<std::int64_t>{64}));
+  // Each layer selects as SnapKV does with its own budget.
+  const auto p = make_policy("pyramidkv:budget=4,ratio=2,window=1,pool=1");
+  const std::vector<float> win = {0.5f, 0.1f, 0.9f, 0.3f, 0.2f, 0.0f};
+  // Budgets {6, 2}: layer 0 keeps all 6, layer 1 the window (5) and the best older token (2).
+  EXPECT_EQ(p->select_prompt(0, 6, PromptScores{win, win, 2}), (Positions{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(p->select_prompt(1, 6, PromptScores{win, win, 2}), (Positions{2, 5}));
+}
+
 }  // namespace
 }  // namespace kvcheck

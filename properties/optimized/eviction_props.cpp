@@ -7,8 +7,9 @@
 //              taken from the runner's trace before anything is stored, so a wrong slot, a stale
 //              page or a dead slot read would all show);
 //   the set    streaming: exactly the sinks and the recent window; h2o: the recent window and
-//              min(context, budget) tokens; snapkv: every generated token, and the prompt tokens
-//              chosen at prefill, never fewer, never others;
+//              min(context, budget) tokens; snapkv and pyramidkv: every generated token, the
+//              observation window, and min(prompt, budget) prompt tokens (the layer's budget for
+//              pyramidkv) chosen at prefill and never changed;
 //   h2o        each live token's score is its score at the previous step plus the probability it
 //              received then (the cache's slot-to-probability mapping), and the token that left
 //              is the one H2O's rule picks from those scores: the lowest outside the recent
@@ -27,6 +28,7 @@
 
 #include "kernels/quant_math.h"
 #include "optimized/engine.h"
+#include "optimized/eviction_policies.h"
 #include "properties/support/model_fixtures.h"
 #include "properties/support/property_check.h"
 
@@ -44,7 +46,7 @@ struct PolicyCase {
 
 PolicyCase gen_policy() {
   PolicyCase p;
-  p.kind = *rc::gen::element<std::string>("streaming", "h2o", "snapkv");
+  p.kind = *rc::gen::element<std::string>("streaming", "h2o", "snapkv", "pyramidkv");
   if (p.kind == "streaming") {
     p.a = *rc::gen::inRange<std::int64_t>(0, 5);
     p.b = *rc::gen::inRange<std::int64_t>(1, 12);
@@ -58,7 +60,12 @@ PolicyCase gen_policy() {
     p.b = *rc::gen::inRange<std::int64_t>(1, 8);
     p.a = p.b + *rc::gen::inRange<std::int64_t>(1, 10);
     p.c = *rc::gen::element<std::int64_t>(1, 3, 7);
-    p.spec = fmt::format("snapkv:budget={},window={},pool={}", p.a, p.b, p.c);
+    if (p.kind == "snapkv") {
+      p.spec = fmt::format("snapkv:budget={},window={},pool={}", p.a, p.b, p.c);
+    } else {
+      p.recent = *rc::gen::element(1.0, 2.0, 20.0);  // the ratio
+      p.spec = fmt::format("pyramidkv:budget={},ratio={},window={},pool={}", p.a, p.recent, p.b, p.c);
+    }
   }
   return p;
 }
@@ -72,7 +79,7 @@ struct HeadHistory {
 };
 
 TEST(EvictionProps, EveryStepAttendsToExactlyWhatThePolicyHolds) {
-  check_property("eviction policies: per-step oracle", 150, [] {
+  check_property("eviction policies: per-step oracle", 400, [] {
     testing::TinyShape shape;
     shape.layers = *rc::gen::inRange<std::int64_t>(1, 3);
     shape.kv_heads = *rc::gen::element<std::int64_t>(1, 2);
@@ -145,7 +152,11 @@ TEST(EvictionProps, EveryStepAttendsToExactlyWhatThePolicyHolds) {
         for (std::int32_t j = std::max<std::int32_t>(0, p - static_cast<std::int32_t>(pc.b) + 1); j <= p; ++j) {
           if (!held.contains(j)) fail(at + fmt::format(": h2o dropped recent position {}", j));
         }
-      } else {
+      } else {  // snapkv, pyramidkv: a prompt budget (per layer for pyramidkv), chosen once
+        const std::int64_t budget =
+            pc.kind == "snapkv" ? pc.a
+                                : pyramid_budgets(pc.a, pc.recent, pc.b, static_cast<std::int32_t>(config.num_hidden_layers))
+                                      .at(static_cast<std::size_t>(s.layer));
         HeadHistory& h = history[{s.layer, s.kv_head}];
         std::set<std::int32_t> prompt_part;
         for (std::int32_t j : held) {
@@ -154,8 +165,8 @@ TEST(EvictionProps, EveryStepAttendsToExactlyWhatThePolicyHolds) {
         for (std::int32_t j = static_cast<std::int32_t>(T); j <= p; ++j) {
           if (!held.contains(j)) fail(at + fmt::format(": snapkv dropped generated position {}", j));
         }
-        if (static_cast<std::int64_t>(prompt_part.size()) != std::min<std::int64_t>(T, pc.a)) {
-          fail(at + fmt::format(": snapkv holds {} prompt tokens, budget {}", prompt_part.size(), pc.a));
+        if (static_cast<std::int64_t>(prompt_part.size()) != std::min<std::int64_t>(T, budget)) {
+          fail(at + fmt::format(": holds {} prompt tokens, budget {}", prompt_part.size(), budget));
         }
         for (std::int32_t j = std::max<std::int32_t>(0, static_cast<std::int32_t>(T - pc.b)); j < T; ++j) {
           if (!prompt_part.contains(j)) fail(at + fmt::format(": snapkv dropped window position {}", j));
