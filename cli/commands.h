@@ -49,10 +49,15 @@ struct VerifyArgs {
   int threads = 0;
   std::uint64_t seed = 1;  // prompts of random ids, for a model without tokenizer.model
   bool verify_each_step = false;  // the per-step oracle (exit 3 on a violation)
+  bool sweep = false;              // every policy x budget: bytes, KL, top-1, perplexity, retrieval
+  std::string sweep_policies;      // comma-separated names (empty: every registered policy)
+  std::string sweep_budgets = "32,64,96,128";
+  std::int64_t sweep_retrieval = 60;
   std::string json;
 };
 void add_verify(CLI::App& app, VerifyArgs& args);
 int run_verify(const VerifyArgs& args);
+int run_verify_sweep(const VerifyArgs& args);
 
 struct MakeModelArgs {
   bool random = false;

@@ -20,6 +20,7 @@
 
 #include "cli/commands.h"
 #include "cli/json_file.h"
+#include "cli/verify_prompts.h"
 #include "cli/verify_step_oracle.h"
 #include "oracles/accuracy_metrics.h"
 #include "oracles/eval_data.h"
@@ -60,68 +61,24 @@ void add_verify(CLI::App& app, VerifyArgs& args) {
                 "At every decode step, layer and kv head, check the engine's attention against exact attention over "
                 "the tokens the policy holds and against the error bound around full attention (exit 3 on a "
                 "violation)");
+  cmd->add_flag("--sweep", args.sweep,
+                "Accuracy sweep: every policy (each evicting one at every --sweep-budgets value) on held-out text "
+                "(--prompts x --prompt-tokens + --max-new-tokens fed) and retrieval items: KV bytes vs full-fp16, KL "
+                "mean +- s.e., top-1, perplexity, retrieval accuracy");
+  cmd->add_option("--sweep-policies", args.sweep_policies, "--sweep: comma-separated policy names (default: all)");
+  cmd->add_option("--sweep-budgets", args.sweep_budgets, "--sweep: tokens per head, comma-separated")
+      ->capture_default_str();
+  cmd->add_option("--sweep-retrieval", args.sweep_retrieval, "--sweep: retrieval items (0: none)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--json", args.json, "Write the summary and per-prompt results as JSON");
 }
 
-namespace {
-
-struct Prompt {
-  std::string source;                 // "heldout <id> @ token N" or "random"
-  std::vector<std::int32_t> tokens;   // prompt + continuation (text feed), or the prompt only
-};
-
-// Prompts cut from the held-out documents (with the tokenizer), or seeded random ids.
-std::vector<Prompt> make_prompts(const VerifyArgs& args, const std::filesystem::path& dir, const ModelConfig& c,
-                                 std::string& origin) {
-  const std::int64_t want = args.prompt_tokens + (args.feed == "text" ? args.max_new_tokens : 0);
-  if (want > c.max_position_embeddings) {
-    throw input_error("--prompt-tokens", "value", "{} prompt tokens{} exceed max_position_embeddings {} of the model",
-                      args.prompt_tokens, args.feed == "text" ? " plus the fed text" : "", c.max_position_embeddings);
-  }
-  std::vector<Prompt> prompts;
-  const std::filesystem::path tok = dir / "tokenizer.model";
-  if (std::filesystem::exists(tok)) {
-    const Tokenizer tokenizer = Tokenizer::load(tok);
-    const std::filesystem::path heldout = datasets_dir() / "eval" / "heldout.jsonl";
-    origin = heldout.string();
-    std::vector<std::vector<std::int32_t>> docs;
-    std::vector<std::string> ids;
-    for (const HeldoutDocument& d : load_heldout(heldout)) {
-      docs.push_back(tokenizer.encode(d.text, true));
-      ids.push_back(d.id);
-    }
-    // Round-robin over the documents, window after window, so prompts come from every document.
-    for (std::int64_t window = 0; static_cast<std::int64_t>(prompts.size()) < args.prompts; ++window) {
-      bool any = false;
-      for (std::size_t d = 0; d < docs.size() && static_cast<std::int64_t>(prompts.size()) < args.prompts; ++d) {
-        const std::int64_t start = window * want;
-        if (start + want > static_cast<std::int64_t>(docs[d].size())) continue;
-        any = true;
-        std::vector<std::int32_t> t(docs[d].begin() + start, docs[d].begin() + start + want);
-        if (start > 0 && tokenizer.bos_id() >= 0) t[0] = tokenizer.bos_id();  // every prompt starts with <s>
-        prompts.push_back({fmt::format("heldout {} @ token {}", ids[d], start), std::move(t)});
-      }
-      if (!any) {
-        throw input_error(heldout.string(), "documents", "hold only {} windows of {} tokens; ask for fewer --prompts",
-                          prompts.size(), want);
-      }
-    }
-  } else {
-    origin = fmt::format("random ids, seed {} (no {})", args.seed, tok.string());
-    std::mt19937_64 rng(args.seed);
-    std::uniform_int_distribution<std::int32_t> id(0, static_cast<std::int32_t>(c.vocab_size - 1));
-    for (std::int64_t p = 0; p < args.prompts; ++p) {
-      Prompt pr{"random", {}};
-      for (std::int64_t t = 0; t < want; ++t) pr.tokens.push_back(id(rng));
-      prompts.push_back(std::move(pr));
-    }
-  }
-  return prompts;
-}
-
-}  // namespace
-
 int run_verify(const VerifyArgs& args) {
+  if (args.sweep) {
+    if (args.verify_each_step) throw input_error("--sweep", "flags", "--verify-each-step runs without --sweep");
+    return run_verify_sweep(args);
+  }
   const std::filesystem::path dir =
       args.model.empty() ? datasets_dir() / "models" / "kvcheck-tiny" : std::filesystem::path(args.model);
   const ReferenceModel model = ReferenceModel::load(dir);

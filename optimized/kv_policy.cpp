@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <functional>
@@ -103,6 +104,7 @@ struct Entry {
   std::string description;
   std::vector<Param> params;
   std::function<std::unique_ptr<KvPolicy>(const Params&)> make;
+  std::function<std::string(std::int64_t)> at_budget = {};  // empty: keeps every token
 };
 
 const std::vector<Entry>& registry() {
@@ -124,11 +126,16 @@ const std::vector<Entry>& registry() {
     e.push_back({"streaming", "StreamingLLM: attention sinks plus a recent window, fp16",
                  {{"sinks", 4, 0, kMaxTokens, true, "first positions always kept"},
                   {"window", 60, 1, kMaxTokens, true, "most recent positions kept"}},
-                 [](const Params& p) { return make_streaming_policy(p.integer("sinks"), p.integer("window")); }});
+                 [](const Params& p) { return make_streaming_policy(p.integer("sinks"), p.integer("window")); },
+                 [](std::int64_t b) {
+                   const std::int64_t sinks = std::min<std::int64_t>(4, b / 2);
+                   return fmt::format("streaming:sinks={},window={}", sinks, std::max<std::int64_t>(1, b - sinks));
+                 }});
     e.push_back({"h2o", "H2O: heavy hitters by accumulated attention plus a recent window, one eviction per step, fp16",
                  {{"budget", 64, 1, kMaxTokens, true, "tokens per head"},
                   {"recent", 0.5, 0, 1, false, "share of the budget for the most recent positions (at least one)"}},
-                 [](const Params& p) { return make_h2o_policy(p.integer("budget"), p["recent"]); }});
+                 [](const Params& p) { return make_h2o_policy(p.integer("budget"), p["recent"]); },
+                 [](std::int64_t b) { return fmt::format("h2o:budget={}", std::max<std::int64_t>(1, b)); }});
     e.push_back({"snapkv", "SnapKV: prompt tokens chosen once by an observation window, generated tokens kept, fp16",
                  {{"budget", 64, 2, kMaxTokens, true, "prompt tokens per head"},
                   {"window", 32, 1, kMaxTokens, true, "observation window (last prompt queries), kept"},
@@ -137,6 +144,10 @@ const std::vector<Entry>& registry() {
                    p.require(p.integer("window") < p.integer("budget"), "window must be smaller than budget");
                    p.require(p.integer("pool") % 2 == 1, "pool must be odd");
                    return make_snapkv_policy(p.integer("budget"), p.integer("window"), p.integer("pool"));
+                 },
+                 [](std::int64_t b) {
+                   b = std::max<std::int64_t>(2, b);
+                   return fmt::format("snapkv:budget={},window={}", b, std::min<std::int64_t>(32, b / 2));
                  }});
     e.push_back({"pyramidkv", "PyramidKV: SnapKV's selection with per-layer prompt budgets falling with depth, fp16",
                  {{"budget", 64, 2, kMaxTokens, true, "mean prompt tokens per head over the layers"},
@@ -148,6 +159,10 @@ const std::vector<Entry>& registry() {
                    p.require(p.integer("pool") % 2 == 1, "pool must be odd");
                    return make_pyramidkv_policy(p.integer("budget"), p["ratio"], p.integer("window"),
                                                 p.integer("pool"));
+                 },
+                 [](std::int64_t b) {
+                   b = std::max<std::int64_t>(2, b);
+                   return fmt::format("pyramidkv:budget={},window={}", b, std::min<std::int64_t>(8, b / 2));
                  }});
     return e;
   }();
@@ -171,6 +186,13 @@ std::vector<std::string> policy_help() {
                                    : fmt::format("{}: {}; {}", e.name, e.description, fmt::join(params, ", ")));
   }
   return lines;
+}
+
+std::optional<std::string> policy_spec_at_budget(const std::string& name, std::int64_t budget) {
+  for (const Entry& e : registry()) {
+    if (e.name == name) return e.at_budget ? std::optional<std::string>(e.at_budget(budget)) : std::nullopt;
+  }
+  throw InputError(fmt::format("policy '{}': unknown; known policies: {}", name, fmt::join(policy_names(), ", ")));
 }
 
 std::unique_ptr<KvPolicy> make_policy(const std::string& spec) {

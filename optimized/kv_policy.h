@@ -67,6 +67,10 @@ class KvPolicy {
 std::vector<std::string> policy_names();
 // One line per policy: name, parameters with their defaults, description.
 std::vector<std::string> policy_help();
+// The spec of policy `name` holding about `budget` tokens per head (its budget parameter set,
+// the others at their defaults, adjusted where a default would not fit the budget), or nullopt
+// for a policy that keeps every token. InputError for an unknown name.
+std::optional<std::string> policy_spec_at_budget(const std::string& name, std::int64_t budget);
 // Builds `spec` (`name` or `name:key=value,...`). InputError naming the policy (unknown name,
 // listing the known ones) or the parameter (unknown key, bad or out-of-range value).
 std::unique_ptr<KvPolicy> make_policy(const std::string& spec);

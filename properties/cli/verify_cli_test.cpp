@@ -90,6 +90,39 @@ TEST(VerifyCli, PerStepOracleHoldsForEveryRegisteredPolicy) {
   }
 }
 
+// A reduced sweep: the bytes column is exact for policies whose holdings are known, the exact
+// configuration reproduces the reference, and its retrieval accuracy is the reference's on the
+// same items (kvcheck eval scores them the same way).
+TEST(VerifyCli, SweepReportsBytesAccuracyAndRetrievalPerConfiguration) {
+  TempDir dir;
+  const auto out = dir / "sweep.json";
+  const auto run = run_kvcheck("verify --sweep --sweep-policies full-fp32,full-fp16,streaming --sweep-budgets 40 "
+                               "--prompts 2 --prompt-tokens 48 --max-new-tokens 32 --sweep-retrieval 6 --json " +
+                               testing::shell_quote(out));
+  ASSERT_EQ(run.code, 0) << run.output;
+  const json j = read_json_file(out);
+  EXPECT_EQ(j["format"], "kvcheck-sweep");
+  ASSERT_EQ(j["rows"].size(), 3u);
+  const json& fp32 = j["rows"][0];
+  const json& fp16 = j["rows"][1];
+  const json& streaming = j["rows"][2];
+  EXPECT_EQ(fp32["policy"], "full-fp32");
+  EXPECT_TRUE(fp32["budget"].is_null());
+  EXPECT_EQ(fp32["kv_bytes_vs_fp16"], 2.0);
+  EXPECT_EQ(fp16["kv_bytes_vs_fp16"], 1.0);
+  EXPECT_EQ(streaming["policy"], "streaming:sinks=4,window=36");
+  EXPECT_EQ(streaming["budget"], 40);
+  EXPECT_DOUBLE_EQ(streaming["kv_bytes_vs_fp16"].get<double>(), 40.0 / 80.0);  // 40 of 48 + 32 tokens
+  EXPECT_LT(fp32["kl_mean"].get<double>(), 1e-9);
+  EXPECT_EQ(fp32["top1_agreement"], 1.0);
+  EXPECT_NEAR(fp32["perplexity"].get<double>() / j["reference_perplexity"].get<double>(), 1.0, 1e-6);
+  EXPECT_GT(streaming["kl_mean"].get<double>(), fp16["kl_mean"].get<double>());
+  EXPECT_EQ(fp32["retrieval_items"], 6);
+  const auto eval = run_kvcheck("eval --task retrieval --limit 6 --quiet --json " + testing::shell_quote(dir / "eval.json"));
+  ASSERT_EQ(eval.code, 0) << eval.output;
+  EXPECT_EQ(fp32["retrieval_accuracy"], read_json_file(dir / "eval.json")["retrieval_accuracy"]);
+}
+
 TEST(VerifyCli, BadFlagsExitTwoNamingThem) {
   auto run = run_kvcheck("verify --policy nope");
   EXPECT_EQ(run.code, 2);

@@ -1,0 +1,26 @@
+// The prompts of kvcheck verify (and its sweep): windows cut from the held-out documents with
+// the model's tokenizer, or seeded random ids for a model without one.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "reference/config.h"
+
+namespace kvcheck::cli {
+
+struct Prompt {
+  std::string source;                 // "heldout <id> @ token N" or "random"
+  std::vector<std::int32_t> tokens;   // prompt + continuation (text feed), or the prompt only
+};
+
+// args.prompts prompts of args.prompt_tokens tokens (plus args.max_new_tokens of continuation
+// with --feed text); `origin` receives where they came from. InputError when they do not fit the
+// model or the held-out set.
+std::vector<Prompt> make_prompts(const VerifyArgs& args, const std::filesystem::path& dir, const ModelConfig& c,
+                                 std::string& origin);
+
+}  // namespace kvcheck::cli

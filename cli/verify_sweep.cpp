@@ -1,0 +1,235 @@
+// kvcheck verify --sweep: the accuracy of every policy at several budgets on the embedded model
+// (or --model), measured against the reference in one run:
+//
+//   text       --prompts windows of the held-out text, each --prompt-tokens of prompt and
+//              --max-new-tokens of continuation fed to the engine one decode step at a time:
+//              KL(P_ref || P_engine) mean and standard error, top-1 agreement, and the engine's
+//              perplexity of the continuation (the reference's alongside);
+//   bytes      at each prompt's last decode step, the KV bytes the cache holds for it (every
+//              live token of every head at its tier's bytes per token, metadata included),
+//              relative to full-fp16 holding the whole context;
+//   retrieval  --sweep-retrieval items of the retrieval set (spread over tasks and lengths),
+//              greedy exact match as kvcheck eval scores it, overall and per length bucket.
+//
+// Rows: each policy that keeps every token once, each evicting policy at each --sweep-budgets
+// value (tokens per head, policy_spec_at_budget). JSON: format "kvcheck-sweep", version 1.
+#include <cmath>
+#include <map>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/json_file.h"
+#include "cli/verify_prompts.h"
+#include "oracles/accuracy_metrics.h"
+#include "oracles/eval_data.h"
+#include "optimized/engine.h"
+#include "reference/errors.h"
+#include "reference/model.h"
+#include "reference/tokenizer.h"
+
+namespace kvcheck::cli {
+namespace {
+
+struct TextReference {
+  std::vector<std::vector<float>> rows;  // per prompt: [decode positions][vocab]
+  double nll = 0.0;
+  std::int64_t predicted = 0;
+};
+
+struct RetrievalCase {
+  RetrievalItem item;
+  std::vector<std::int32_t> prompt, answer;
+};
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::size_t at = 0;
+  while (at <= s.size()) {
+    const std::size_t end = std::min(s.find(',', at), s.size());
+    if (end > at) out.push_back(s.substr(at, end - at));
+    at = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+int run_verify_sweep(const VerifyArgs& args) {
+  const std::filesystem::path dir =
+      args.model.empty() ? datasets_dir() / "models" / "kvcheck-tiny" : std::filesystem::path(args.model);
+  const ReferenceModel model = ReferenceModel::load(dir);
+  const ModelConfig& c = model.config();
+  const auto V = static_cast<std::size_t>(c.vocab_size);
+  VerifyArgs text_args = args;
+  text_args.feed = "text";
+  std::string origin;
+  const std::vector<Prompt> prompts = make_prompts(text_args, dir, c, origin);
+  const std::int64_t P = args.prompt_tokens;
+
+  // Reference rows of every decode position (row P-1 predicts the first fed token).
+  TextReference ref;
+  for (const Prompt& p : prompts) {
+    const MatrixRM logits = model.forward(p.tokens);
+    std::vector<float> rows;
+    for (std::int64_t r = P - 1; r + 1 < static_cast<std::int64_t>(p.tokens.size()); ++r) {
+      const std::span<const float> row(logits.data() + r * static_cast<std::int64_t>(V), V);
+      rows.insert(rows.end(), row.begin(), row.end());
+      ref.nll += token_nll(row, p.tokens[static_cast<std::size_t>(r + 1)]);
+      ++ref.predicted;
+    }
+    ref.rows.push_back(std::move(rows));
+  }
+
+  // Retrieval items.
+  std::vector<RetrievalCase> retrieval;
+  const std::filesystem::path tok = dir / "tokenizer.model";
+  if (args.sweep_retrieval > 0 && std::filesystem::exists(tok)) {
+    const Tokenizer tokenizer = Tokenizer::load(tok);
+    const std::filesystem::path file = datasets_dir() / "eval" / "retrieval.jsonl";
+    for (const RetrievalItem& it : retrieval_subset(load_retrieval(file), args.sweep_retrieval)) {
+      RetrievalCase rc{it, tokenizer.encode(it.prompt, true), tokenizer.encode(it.answer, false)};
+      if (static_cast<std::int64_t>(rc.prompt.size() + rc.answer.size()) > c.max_position_embeddings) {
+        throw input_error(file.string(), it.id, "prompt and answer ({} tokens) exceed max_position_embeddings {}",
+                          rc.prompt.size() + rc.answer.size(), c.max_position_embeddings);
+      }
+      retrieval.push_back(std::move(rc));
+    }
+  }
+
+  // The configurations.
+  std::vector<std::pair<std::string, std::int64_t>> configs;  // spec, budget (0: none)
+  std::vector<std::int64_t> budgets;
+  for (const std::string& b : split_list(args.sweep_budgets)) {
+    try {
+      budgets.push_back(std::stoll(b));
+    } catch (const std::exception&) {
+      throw input_error("--sweep-budgets", b, "is not an integer");
+    }
+    if (budgets.back() < 1) throw input_error("--sweep-budgets", b, "must be at least 1");
+  }
+  const std::vector<std::string> names = args.sweep_policies.empty() ? policy_names() : split_list(args.sweep_policies);
+  for (const std::string& name : names) {
+    if (!policy_spec_at_budget(name, 1)) {
+      configs.emplace_back(name, 0);
+      continue;
+    }
+    for (std::int64_t b : budgets) configs.emplace_back(*policy_spec_at_budget(name, b), b);
+  }
+
+  fmt::print("verify --sweep: {} configurations; {} prompts x ({} + {}) tokens of {}; {} retrieval items\n",
+             configs.size(), prompts.size(), P, args.max_new_tokens, origin, retrieval.size());
+  fmt::print("{:<44} {:>7} {:>10} {:>9} {:>7} {:>8} {:>9}\n", "policy", "bytes", "KL mean", "+-se", "top-1", "ppl",
+             "retrieval");
+  const double fp16_bytes_per_token = tier_bytes_per_token({fp16_format(), fp16_format()}, c.head_dim);
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& [spec, budget] : configs) {
+    EngineOptions eo;
+    eo.policy = spec;
+    eo.threads = args.threads;
+    eo.batch_hint = 1;
+    eo.pages = args.kv_pages;
+    eo.page_bytes = args.page_bytes;
+    std::unique_ptr<Engine> engine = make_engine(model, eo);
+    // Bytes held at each head's latest decode step.
+    std::map<std::pair<std::int32_t, std::int32_t>, double> head_bytes;
+    std::vector<LiveToken> live;
+    std::vector<SlotRef> slots;
+    RunnerTrace trace;
+    trace.on_decode_head = [&](const DecodeHeadTrace& s) {
+      engine->cache->live_tokens(s.request, s.layer, s.kv_head, live, slots);
+      double bytes = 0.0;
+      for (const SlotRef& r : slots) {
+        bytes += tier_bytes_per_token(engine->cache->tiers()[static_cast<std::size_t>(r.tier)].tier, c.head_dim);
+      }
+      head_bytes[{s.layer, s.kv_head}] = bytes;
+    };
+    engine->runner->set_trace(&trace);
+    DistributionComparison dist;
+    double nll = 0.0, bytes_ratio_sum = 0.0;
+    std::int64_t predicted = 0;
+    for (std::size_t p = 0; p < prompts.size(); ++p) {
+      const std::span<const std::int32_t> all(prompts[p].tokens);
+      EngineGenerateOptions eg;
+      eg.forced = all.subspan(static_cast<std::size_t>(P));
+      eg.max_new_tokens = static_cast<std::int64_t>(eg.forced.size());
+      eg.stop_at_eos = false;
+      eg.keep_logits = true;
+      head_bytes.clear();
+      const EngineGenerateResult er =
+          engine_generate(*engine, static_cast<std::int64_t>(p), all.first(static_cast<std::size_t>(P)), eg);
+      const std::vector<float>& rr = ref.rows[p];
+      const std::int64_t n = static_cast<std::int64_t>(rr.size() / V);
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::span<const float> e(er.logits.data() + (P - 1 + i) * static_cast<std::int64_t>(V), V);
+        dist.add(std::span<const float>(rr.data() + i * static_cast<std::int64_t>(V), V), e);
+        nll += token_nll(e, all[static_cast<std::size_t>(P + i)]);
+        ++predicted;
+      }
+      double held = 0.0;
+      for (const auto& [head, b] : head_bytes) held += b;
+      // The last decode step added the last fed token: the context is the whole window.
+      const double context = static_cast<double>(all.size());
+      bytes_ratio_sum += held / (context * static_cast<double>(c.num_hidden_layers * c.num_key_value_heads) *
+                                 fp16_bytes_per_token);
+    }
+    engine->runner->set_trace(nullptr);
+    AccuracyCounter overall;
+    std::map<std::int64_t, AccuracyCounter> by_length;
+    std::map<std::string, AccuracyCounter> by_task;
+    for (std::size_t i = 0; i < retrieval.size(); ++i) {
+      const RetrievalCase& rc = retrieval[i];
+      EngineGenerateOptions eg;
+      eg.max_new_tokens = static_cast<std::int64_t>(rc.answer.size());
+      eg.stop_at_eos = false;
+      const EngineGenerateResult er = engine_generate(*engine, 100000 + static_cast<std::int64_t>(i), rc.prompt, eg);
+      const bool ok = exact_match(er.generated, rc.answer);
+      overall.add(ok);
+      by_length[rc.item.length_bucket].add(ok);
+      by_task[rc.item.task].add(ok);
+    }
+    const DistributionSummary sum = dist.summary();
+    const double ppl = perplexity(nll, predicted);
+    const double bytes_ratio = bytes_ratio_sum / static_cast<double>(prompts.size());
+    fmt::print("{:<44} {:>7.3f} {:>10.3e} {:>9.1e} {:>7.4f} {:>8.2f} {:>9}\n", spec, bytes_ratio, sum.kl_mean,
+               sum.kl_stderr, sum.top1_agreement, ppl,
+               overall.total ? fmt::format("{:.3f}", overall.accuracy()) : std::string("-"));
+    nlohmann::json lengths = nlohmann::json::object(), tasks = nlohmann::json::object();
+    for (const auto& [len, a] : by_length) lengths[std::to_string(len)] = a.accuracy();
+    for (const auto& [task, a] : by_task) tasks[task] = a.accuracy();
+    rows.push_back({{"policy", spec},
+                    {"budget", budget == 0 ? nlohmann::json(nullptr) : nlohmann::json(budget)},
+                    {"kv_bytes_vs_fp16", bytes_ratio},
+                    {"kl_mean", sum.kl_mean},
+                    {"kl_stderr", sum.kl_stderr},
+                    {"kl_p99", sum.kl_p99},
+                    {"top1_agreement", sum.top1_agreement},
+                    {"perplexity", ppl},
+                    {"retrieval_items", overall.total},
+                    {"retrieval_accuracy", overall.total ? nlohmann::json(overall.accuracy()) : nlohmann::json(nullptr)},
+                    {"retrieval_accuracy_by_length", lengths},
+                    {"retrieval_accuracy_by_task", tasks}});
+  }
+  const double ref_ppl = perplexity(ref.nll, ref.predicted);
+  fmt::print("reference perplexity of the same continuations: {:.2f}\n", ref_ppl);
+  if (!args.json.empty()) {
+    write_json_atomically(args.json,
+                          {{"format", "kvcheck-sweep"},
+                           {"version", 1},
+                           {"model", dir.string()},
+                           {"prompt_source", origin},
+                           {"prompts", prompts.size()},
+                           {"prompt_tokens", P},
+                           {"continuation_tokens", args.max_new_tokens},
+                           {"retrieval_items", retrieval.size()},
+                           {"budgets", budgets},
+                           {"reference_perplexity", ref_ppl},
+                           {"rows", rows}},
+                          "--json");
+  }
+  return 0;
+}
+
+}  // namespace kvcheck::cli
