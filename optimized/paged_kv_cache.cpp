@@ -56,6 +56,17 @@ void encode_row(const KvFormat& format, std::span<const float> row, const KvLoca
 }  // namespace
 
 namespace {
+// Calls visit(tier, page_index, id) for every page of a head in walk order: the high side of
+// its table, then the low side (the order the decode kernel reads and its probabilities follow).
+template <typename Visit>
+void walk_pages(const UnifiedPageManager& manager, std::int64_t request, std::int32_t layer, std::int32_t head,
+                Visit&& visit) {
+  const PageTable& table = manager.table(request, layer, head);
+  for (int tier : {kHighTier, kLowTier}) {
+    for (std::int64_t i = 0; i < table.count(tier); ++i) visit(tier, i, table.at(tier, i));
+  }
+}
+
 // The page manager always has a high and a low tier; a one-tier policy uses its tier for both
 // (the low side of every table then stays empty).
 std::vector<KvTier> two_tiers(std::vector<KvTier> tiers) {
@@ -223,38 +234,30 @@ void PagedKvCache::live_tokens(std::int64_t request, std::int32_t layer, std::in
                                std::vector<LiveToken>& tokens, std::vector<SlotRef>& slots) const {
   tokens.clear();
   slots.clear();
-  const PageTable& table = manager_.table(request, layer, head);
   const PagePool& pool = manager_.pool();
-  for (int tier : {kHighTier, kLowTier}) {
-    for (std::int64_t i = 0; i < table.count(tier); ++i) {
-      const PageId id = table.at(tier, i);
-      for (std::int64_t s = 0; s < pool.tokens_per_page(tier); ++s) {
-        if (!pool.live(id, s)) continue;
-        const TokenPayload p = pool.payload(id, s);
-        tokens.push_back(LiveToken{p.position, p.score});
-        slots.push_back(SlotRef{tier, i, s});
-      }
+  walk_pages(manager_, request, layer, head, [&](int tier, std::int64_t i, PageId id) {
+    for (std::int64_t s = 0; s < pool.tokens_per_page(tier); ++s) {
+      if (!pool.live(id, s)) continue;
+      const TokenPayload p = pool.payload(id, s);
+      tokens.push_back(LiveToken{p.position, p.score});
+      slots.push_back(SlotRef{tier, i, s});
     }
-  }
+  });
 }
 
 void PagedKvCache::add_scores(std::int64_t request, std::int32_t layer, std::int32_t head,
                               std::span<const float> probs) {
-  const PageTable& table = manager_.table(request, layer, head);
   PagePool& pool = manager_.pool();
   std::size_t j = 0;
-  for (int tier : {kHighTier, kLowTier}) {
-    for (std::int64_t i = 0; i < table.count(tier); ++i) {
-      const PageId id = table.at(tier, i);
-      for (std::int64_t s = 0; s < pool.tokens_per_page(tier); ++s, ++j) {
-        if (j >= probs.size()) throw std::invalid_argument("paged KV cache: add_scores has fewer probabilities than slots");
-        if (!pool.live(id, s)) continue;
-        TokenPayload p = pool.payload(id, s);
-        p.score += probs[j];
-        pool.put(id, s, p);
-      }
+  walk_pages(manager_, request, layer, head, [&](int tier, std::int64_t, PageId id) {
+    for (std::int64_t s = 0; s < pool.tokens_per_page(tier); ++s, ++j) {
+      if (j >= probs.size()) throw std::invalid_argument("paged KV cache: add_scores has fewer probabilities than slots");
+      if (!pool.live(id, s)) continue;
+      TokenPayload p = pool.payload(id, s);
+      p.score += probs[j];
+      pool.put(id, s, p);
     }
-  }
+  });
   if (j != probs.size()) throw std::invalid_argument("paged KV cache: add_scores has more probabilities than slots");
 }
 
@@ -275,14 +278,10 @@ void PagedKvCache::write_token(std::int64_t request, std::int32_t layer, std::in
 void PagedKvCache::head_pages(std::int64_t request, std::int32_t layer, std::int32_t head,
                               std::vector<PageRead>& pages) const {
   pages.clear();
-  const PageTable& table = manager_.table(request, layer, head);
   const PagePool& pool = manager_.pool();
-  for (int tier : {kHighTier, kLowTier}) {
-    for (std::int64_t i = 0; i < table.count(tier); ++i) {
-      const PageId id = table.at(tier, i);
-      pages.push_back(PageRead{pool.bytes(id).data(), pool.live_mask(id), pool.owner(id).tier});
-    }
-  }
+  walk_pages(manager_, request, layer, head, [&](int, std::int64_t, PageId id) {
+    pages.push_back(PageRead{pool.bytes(id).data(), pool.live_mask(id), pool.owner(id).tier});
+  });
 }
 
 void PagedKvCache::release(std::int64_t request) {
