@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <stdexcept>
+#include <utility>
 
 #include "optimized/cpu_backend.h"
 #include "optimized/greedy_decoding.h"
@@ -11,12 +13,18 @@
 namespace kvcheck {
 
 std::unique_ptr<Engine> make_engine(const ReferenceModel& model, const EngineOptions& options) {
+  return make_engine(model, options, make_policy(options.policy));
+}
+
+std::unique_ptr<Engine> make_engine(const ReferenceModel& model, const EngineOptions& options,
+                                    std::unique_ptr<KvPolicy> policy) {
+  if (!policy) throw std::invalid_argument("make_engine: null policy");
   if (options.device == "cuda") {
     throw InputError("--device cuda: the CUDA backend of the optimized engine is not built yet; use --device cpu");
   }
   if (options.device != "cpu") throw InputError(fmt::format("--device '{}': expected cpu or cuda", options.device));
   auto e = std::make_unique<Engine>();
-  e->policy = make_policy(options.policy);
+  e->policy = std::move(policy);
   e->weights = load_engine_weights(model);
   e->backend = std::make_unique<CpuBackend>(options.threads);
   PagedKvCacheConfig cache;

@@ -40,6 +40,9 @@ struct Engine {
 
 // InputError for an unknown device or policy, or a config the engine does not run.
 std::unique_ptr<Engine> make_engine(const ReferenceModel& model, const EngineOptions& options);
+// The same with a policy object instead of options.policy (tests plant bugs in policies this way).
+std::unique_ptr<Engine> make_engine(const ReferenceModel& model, const EngineOptions& options,
+                                    std::unique_ptr<KvPolicy> policy);
 
 struct EngineGenerateOptions {
   std::int64_t max_new_tokens = 16;
