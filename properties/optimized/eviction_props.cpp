@@ -298,36 +298,24 @@ class PlantedBug : public KvPolicy {
   std::unique_ptr<KvPolicy> inner_;
 };
 
-// Streaming dropping the newest non-sink token instead of the oldest.
-class NewestStreaming final : public PlantedBug {
+// Whenever the real policy evicts, evict instead the live token that `prefer` ranks first.
+class WrongVictim final : public PlantedBug {
  public:
-  using PlantedBug::PlantedBug;
+  using Prefer = std::function<bool(const LiveToken& a, const LiveToken& b, std::int32_t new_position)>;
+  WrongVictim(std::unique_ptr<KvPolicy> inner, Prefer prefer) : PlantedBug(std::move(inner)), prefer_(std::move(prefer)) {}
   std::optional<std::size_t> select_victim(std::int32_t l, std::span<const LiveToken> live,
                                            std::int32_t p) const override {
     const std::optional<std::size_t> v = inner_->select_victim(l, live, p);
     if (!v) return v;
-    std::size_t newest = *v;
+    std::size_t pick = *v;
     for (std::size_t i = 0; i < live.size(); ++i) {
-      if (live[i].position > live[newest].position) newest = i;
+      if (prefer_(live[i], live[pick], p)) pick = i;
     }
-    return newest;
+    return pick;
   }
-};
 
-// H2O evicting the highest-scored token outside the recent window instead of the lowest.
-class HeaviestH2o final : public PlantedBug {
- public:
-  using PlantedBug::PlantedBug;
-  std::optional<std::size_t> select_victim(std::int32_t l, std::span<const LiveToken> live,
-                                           std::int32_t p) const override {
-    const std::optional<std::size_t> v = inner_->select_victim(l, live, p);
-    if (!v) return v;
-    std::size_t heaviest = *v;
-    for (std::size_t i = 0; i < live.size(); ++i) {
-      if (live[i].position <= p - 2 && live[i].score > live[heaviest].score) heaviest = i;
-    }
-    return heaviest;
-  }
+ private:
+  Prefer prefer_;
 };
 
 // H2O forgetting to accumulate decode attention (scores frozen at their prefill values).
@@ -374,11 +362,19 @@ TEST(EvictionProps, PlantedBugsAreCaught) {
   };
   const std::vector<Planted> planted = {
       {"streaming evicts the newest token", policy_case("streaming", 2, 4, 0, "streaming:sinks=2,window=4"),
-       [](auto p) { return std::make_unique<NewestStreaming>(std::move(p)); }},
+       [](auto p) {  // the newest token instead of the oldest non-sink
+         return std::make_unique<WrongVictim>(std::move(p), [](const LiveToken& a, const LiveToken& b, std::int32_t) {
+           return a.position > b.position;
+         });
+       }},
       {"streaming drops sink 0 at prefill", policy_case("streaming", 2, 4, 0, "streaming:sinks=2,window=4"),
        [](auto p) { return std::make_unique<SinklessStreaming>(std::move(p)); }},
       {"h2o evicts the heaviest hitter", policy_case("h2o", 6, 2, 0.25, "h2o:budget=6,recent=0.25"),
-       [](auto p) { return std::make_unique<HeaviestH2o>(std::move(p)); }},
+       [](auto p) {  // the highest score outside the window instead of the lowest
+         return std::make_unique<WrongVictim>(std::move(p), [](const LiveToken& a, const LiveToken& b, std::int32_t q) {
+           return a.position <= q - 2 && a.score > b.score;
+         });
+       }},
       {"h2o does not accumulate decode attention", policy_case("h2o", 6, 2, 0.25, "h2o:budget=6,recent=0.25"),
        [](auto p) { return std::make_unique<FrozenH2o>(std::move(p)); }},
       {"snapkv evicts while decoding", policy_case("snapkv", 6, 2, 0, "snapkv:budget=6,window=2,pool=3"),
