@@ -26,6 +26,16 @@ std::optional<std::size_t> KvPolicy::select_victim(std::int32_t, std::span<const
   return std::nullopt;
 }
 
+PromptSelection KvPolicy::select_prompt_tiers(std::int32_t layer, std::int64_t prompt_len,
+                                              const PromptScores& scores) const {
+  return {select_prompt(layer, prompt_len, scores), {}};
+}
+
+StepDecision KvPolicy::decide_step(std::int32_t layer, std::span<const LiveToken> live,
+                                   std::int32_t new_position) const {
+  return {select_victim(layer, live, new_position), std::nullopt};
+}
+
 namespace {
 
 // Every token at one tier, never evicted.

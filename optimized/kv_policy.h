@@ -35,6 +35,20 @@ struct PromptScores {
 struct LiveToken {
   std::int32_t position = 0;
   float score = 0.0f;
+  int tier = 0;  // 0: high (where new tokens go), 1: low
+};
+
+// A head's prompt tokens after prefill: the positions kept in each tier (ascending, disjoint);
+// the others are dropped.
+struct PromptSelection {
+  std::vector<std::int32_t> high, low;
+};
+
+// What one decode step does to a head besides appending the new token at high: indices into
+// the head's live tokens of one to drop and one high token to move to the low tier.
+struct StepDecision {
+  std::optional<std::size_t> evict;
+  std::optional<std::size_t> demote;
 };
 
 class KvPolicy {
@@ -54,9 +68,16 @@ class KvPolicy {
   // The prompt positions a head of `layer` keeps, ascending, from its prefill scores.
   virtual std::vector<std::int32_t> select_prompt(std::int32_t layer, std::int64_t prompt_len,
                                                   const PromptScores& scores) const;
+  // Mixed-precision policies split the prompt between the tiers; the default keeps
+  // select_prompt's positions at high.
+  virtual PromptSelection select_prompt_tiers(std::int32_t layer, std::int64_t prompt_len,
+                                              const PromptScores& scores) const;
   // Whether decode attention probabilities add to the live tokens' scores (the maximum over the
   // group's query heads, as at prefill).
   virtual bool accumulates_scores() const { return false; }
+  // A decode step's decision for a head; the default evicts select_victim's choice.
+  virtual StepDecision decide_step(std::int32_t layer, std::span<const LiveToken> live,
+                                   std::int32_t new_position) const;
   // Before a decode step appends the token at `new_position` to a head of `layer` that holds
   // `live` (in walk order): the index in `live` of the token to drop, or nullopt to keep them all.
   virtual std::optional<std::size_t> select_victim(std::int32_t layer, std::span<const LiveToken> live,

@@ -74,7 +74,7 @@ std::vector<float> ModelRunner::prefill(std::int64_t request, std::span<const st
   const std::int64_t group = c.group_size();
   const std::int64_t window = evicting ? policy.observation_window() : 0;
   std::vector<std::vector<float>> layer_keys, layer_values;     // evicting: [layer][T][kv_dim]
-  std::vector<std::vector<std::int32_t>> kept;                  // evicting: [layer * kvh + head]
+  std::vector<PromptSelection> kept;                            // evicting: [layer * kvh + head]
   std::vector<std::vector<float>> kept_scores;                  // evicting: [layer * kvh + head][T]
   std::vector<float> column_sums, window_sums;
   if (evicting) {
@@ -131,7 +131,7 @@ std::vector<float> ModelRunner::prefill(std::int64_t request, std::span<const st
         for (std::int64_t h = 0; h < kvh; ++h) {
           std::vector<float> all = head_scores(column_sums, h);
           const std::vector<float> win = window > 0 ? head_scores(window_sums, h) : std::vector<float>{};
-          kept.push_back(policy.select_prompt(l, T, PromptScores{all, win, static_cast<std::int32_t>(c.num_hidden_layers)}));
+          kept.push_back(policy.select_prompt_tiers(l, T, PromptScores{all, win, static_cast<std::int32_t>(c.num_hidden_layers)}));
           kept_scores.push_back(policy.accumulates_scores() ? std::move(all) : std::vector<float>{});
         }
         layer_keys.push_back(k);
@@ -181,22 +181,28 @@ std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, s
   const KvPolicy& policy = cache_.policy();
   std::vector<LiveToken> live;
   std::vector<SlotRef> live_slots;
-  // The policy's victims, chosen from each head's state before this step.
-  std::vector<std::optional<SlotRef>> evict;
+  // The policy's decisions, taken from each head's state before this step.
+  std::vector<PagedKvCache::StepOps> step;
   if (policy.evicts()) {
-    evict.resize(static_cast<std::size_t>(B * c.num_hidden_layers * kvh));
+    step.resize(static_cast<std::size_t>(B * c.num_hidden_layers * kvh));
     std::size_t i = 0;
     for (std::int64_t b = 0; b < B; ++b) {
       for (std::int32_t l = 0; l < c.num_hidden_layers; ++l) {
         for (std::int32_t h = 0; h < kvh; ++h, ++i) {
           cache_.live_tokens(requests[static_cast<std::size_t>(b)], l, h, live, live_slots);
-          const std::optional<std::size_t> victim = policy.select_victim(l, live, positions[static_cast<std::size_t>(b)]);
-          if (victim) evict[i] = live_slots.at(*victim);
+          const StepDecision decision = policy.decide_step(l, live, positions[static_cast<std::size_t>(b)]);
+          if (decision.evict) step[i].evict = live_slots.at(*decision.evict);
+          if (decision.demote) {
+            step[i].demote = live_slots.at(*decision.demote);
+            if (trace_ && trace_->on_demote) {
+              trace_->on_demote(requests[static_cast<std::size_t>(b)], l, h, live.at(*decision.demote).position);
+            }
+          }
         }
       }
     }
   }
-  cache_.reserve(requests, positions, evict);  // PoolExhausted here, before any compute
+  cache_.reserve(requests, positions, step);  // PoolExhausted here, before any compute
   std::vector<float> x(static_cast<std::size_t>(B * H));
   for (std::int64_t b = 0; b < B; ++b) {
     const auto row = weights_.embedding.row(tokens[static_cast<std::size_t>(b)]);

@@ -43,6 +43,10 @@ struct RunnerTrace {
   // After each decode step's attention of a head (the cache then holds what it attended to;
   // the scores of an accumulating policy are updated after this call).
   std::function<void(const DecodeHeadTrace&)> on_decode_head;
+  // A decode step's decision to move a head's token from the high tier to the low one (made
+  // before the step; if the step then fails with PoolExhausted it is made again on the retry).
+  std::function<void(std::int64_t request, std::int32_t layer, std::int32_t kv_head, std::int32_t position)>
+      on_demote;
 };
 
 class ModelRunner {

@@ -53,6 +53,35 @@ void encode_row(const KvFormat& format, std::span<const float> row, const KvLoca
   throw InputError("paged KV cache: " + kv_format_name(format) + " is not a per-token page format");
 }
 
+// The floats a stored row holds (the inverse of encode_row up to its rounding).
+std::vector<float> decode_row(const KvFormat& format, std::int64_t head_dim, const std::vector<std::uint8_t>& codes,
+                              const std::vector<std::uint8_t>& meta) {
+  std::vector<float> row(static_cast<std::size_t>(head_dim));
+  switch (format.dtype) {
+    case KvDType::kFp32:
+      std::memcpy(row.data(), codes.data(), row.size() * sizeof(float));
+      return row;
+    case KvDType::kFp16:
+      for (std::size_t i = 0; i < row.size(); ++i) {
+        std::uint16_t h = 0;
+        std::memcpy(&h, codes.data() + 2 * i, 2);
+        row[i] = quant::f16_to_float(h);
+      }
+      return row;
+    case KvDType::kInt: {
+      std::uint16_t scale = 0;
+      std::uint16_t zero = 0;
+      std::memcpy(&scale, meta.data(), 2);
+      std::memcpy(&zero, meta.data() + 2, 2);
+      dequantize(format.spec, codes, {&scale, 1}, {&zero, 1}, 1, head_dim, row);
+      return row;
+    }
+    case KvDType::kFp8E4M3:
+      break;
+  }
+  throw InputError("paged KV cache: " + kv_format_name(format) + " is not a per-token page format");
+}
+
 }  // namespace
 
 namespace {
@@ -86,7 +115,7 @@ std::int64_t PagedKvCache::pages_for(std::int64_t tokens) const {
   return (tokens + tpp - 1) / tpp * model_.num_hidden_layers * model_.num_key_value_heads;
 }
 
-void PagedKvCache::encode(std::int64_t request, std::int32_t layer, std::int32_t head, std::int32_t position,
+void PagedKvCache::encode(std::int64_t request, std::int32_t layer, std::int32_t head, std::int32_t position, int tier_index,
                           std::span<const float> key, std::span<const float> value,
                           PagePool::SlotCodes& codes) const {
   for (int part = 0; part < 2; ++part) {
@@ -98,7 +127,7 @@ void PagedKvCache::encode(std::int64_t request, std::int32_t layer, std::int32_t
       }
     }
   }
-  const KvTier& tier = tiers_[kHighTier];
+  const KvTier& tier = tiers_[static_cast<std::size_t>(tier_index)];
   const KvLocation at_key{layer, head, position, "key"};
   const KvLocation at_value{layer, head, position, "value"};
   encode_row(tier.key, key, at_key, codes.key, codes.key_meta);
@@ -109,7 +138,7 @@ void PagedKvCache::store(std::int64_t request, std::int32_t layer, std::int32_t 
                          std::int32_t position, std::span<const float> key, std::span<const float> value) {
   PagePool& pool = manager_.pool();
   PagePool::SlotCodes codes = pool.empty_codes(slot.tier);
-  encode(request, layer, head, position, key, value, codes);
+  encode(request, layer, head, position, slot.tier, key, value, codes);
   pool.store_codes(manager_.page_of(request, layer, head, slot), slot.slot, codes);
 }
 
@@ -151,8 +180,7 @@ void PagedKvCache::check_prompt_fits(std::int64_t tokens) const {
   }
 }
 
-void PagedKvCache::commit_prompt(std::int64_t request, std::int64_t tokens,
-                                 std::span<const std::vector<std::int32_t>> kept,
+void PagedKvCache::commit_prompt(std::int64_t request, std::int64_t tokens, std::span<const PromptSelection> kept,
                                  std::span<const std::vector<float>> scores, std::span<const std::vector<float>> keys,
                                  std::span<const std::vector<float>> values) {
   const std::int64_t heads = manager_.heads_per_request();
@@ -163,40 +191,54 @@ void PagedKvCache::commit_prompt(std::int64_t request, std::int64_t tokens,
       static_cast<std::int64_t>(values.size()) != model_.num_hidden_layers) {
     throw std::invalid_argument("paged KV cache: commit_prompt needs one plan per head and K/V per layer");
   }
-  std::vector<std::vector<TokenPayload>> payloads(static_cast<std::size_t>(heads));
+  // Per head and tier: the kept positions (ascending, disjoint between the tiers) as payloads.
+  std::vector<std::vector<TokenPayload>> payloads(static_cast<std::size_t>(2 * heads));
   PromptRequest prompt{request, tokens, {}};
   for (std::int64_t i = 0; i < heads; ++i) {
-    const std::vector<std::int32_t>& k = kept[static_cast<std::size_t>(i)];
-    if (k.empty()) {
+    const PromptSelection& k = kept[static_cast<std::size_t>(i)];
+    if (k.high.empty() && k.low.empty()) {
       throw std::logic_error(fmt::format("paged KV cache: request {}: the policy kept no prompt token of head {}",
                                          request, i));
     }
-    for (std::size_t j = 0; j < k.size(); ++j) {
-      if (k[j] < 0 || k[j] >= tokens || (j > 0 && k[j] <= k[j - 1])) {
-        throw std::logic_error(fmt::format("paged KV cache: request {}: head {} keeps position {} (kept positions "
-                                           "must be ascending, in [0, {}))", request, i, k[j], tokens));
+    std::vector<bool> taken(static_cast<std::size_t>(tokens), false);
+    for (int tier : {kHighTier, kLowTier}) {
+      const std::vector<std::int32_t>& list = tier == kHighTier ? k.high : k.low;
+      for (std::size_t j = 0; j < list.size(); ++j) {
+        if (list[j] < 0 || list[j] >= tokens || (j > 0 && list[j] <= list[j - 1]) ||
+            taken[static_cast<std::size_t>(list[j])]) {
+          throw std::logic_error(fmt::format("paged KV cache: request {}: head {} keeps position {} (kept positions "
+                                             "must be ascending per tier, in [0, {}), in one tier)", request, i,
+                                             list[j], tokens));
+        }
+        taken[static_cast<std::size_t>(list[j])] = true;
+        const float score = scores.empty() || scores[static_cast<std::size_t>(i)].empty()
+                                ? 0.0f
+                                : scores[static_cast<std::size_t>(i)][static_cast<std::size_t>(list[j])];
+        payloads[static_cast<std::size_t>(2 * i + tier)].push_back(TokenPayload{list[j], score});
       }
-      const float score = scores.empty() || scores[static_cast<std::size_t>(i)].empty()
-                              ? 0.0f
-                              : scores[static_cast<std::size_t>(i)][static_cast<std::size_t>(k[j])];
-      payloads[static_cast<std::size_t>(i)].push_back(TokenPayload{k[j], score});
     }
-    prompt.heads.push_back(PromptHeadPlan{static_cast<std::int64_t>(k.size()), 0, payloads[static_cast<std::size_t>(i)], {}});
+    prompt.heads.push_back(PromptHeadPlan{static_cast<std::int64_t>(k.high.size()),
+                                          static_cast<std::int64_t>(k.low.size()),
+                                          payloads[static_cast<std::size_t>(2 * i + kHighTier)],
+                                          payloads[static_cast<std::size_t>(2 * i + kLowTier)]});
   }
   manager_.admit(request);
   try {
     manager_.prompt_phase({&prompt, 1});
-    // The prompt phase placed kept token j of a head at page j / tpp, slot j % tpp.
-    const std::int64_t tpp = manager_.pool().tokens_per_page(kHighTier);
+    // The prompt phase placed kept token j of a tier at page j / tpp, slot j % tpp of that tier.
     for (std::int32_t l = 0; l < model_.num_hidden_layers; ++l) {
       for (std::int32_t h = 0; h < model_.num_key_value_heads; ++h) {
-        const std::vector<std::int32_t>& k = kept[static_cast<std::size_t>(l * model_.num_key_value_heads + h)];
-        for (std::size_t j = 0; j < k.size(); ++j) {
-          const std::size_t at = static_cast<std::size_t>(k[j] * kv_dim + h * d);
-          const std::int64_t slot = static_cast<std::int64_t>(j);
-          store(request, l, h, SlotRef{kHighTier, slot / tpp, slot % tpp}, k[j],
-                std::span<const float>(keys[static_cast<std::size_t>(l)]).subspan(at, static_cast<std::size_t>(d)),
-                std::span<const float>(values[static_cast<std::size_t>(l)]).subspan(at, static_cast<std::size_t>(d)));
+        const PromptSelection& k = kept[static_cast<std::size_t>(l * model_.num_key_value_heads + h)];
+        for (int tier : {kHighTier, kLowTier}) {
+          const std::int64_t tpp = manager_.pool().tokens_per_page(tier);
+          const std::vector<std::int32_t>& list = tier == kHighTier ? k.high : k.low;
+          for (std::size_t j = 0; j < list.size(); ++j) {
+            const std::size_t at = static_cast<std::size_t>(list[j] * kv_dim + h * d);
+            const std::int64_t slot = static_cast<std::int64_t>(j);
+            store(request, l, h, SlotRef{tier, slot / tpp, slot % tpp}, list[j],
+                  std::span<const float>(keys[static_cast<std::size_t>(l)]).subspan(at, static_cast<std::size_t>(d)),
+                  std::span<const float>(values[static_cast<std::size_t>(l)]).subspan(at, static_cast<std::size_t>(d)));
+          }
         }
       }
     }
@@ -207,13 +249,21 @@ void PagedKvCache::commit_prompt(std::int64_t request, std::int64_t tokens,
 }
 
 void PagedKvCache::reserve(std::span<const std::int64_t> requests, std::span<const std::int32_t> positions,
-                           std::span<const std::optional<SlotRef>> evict) {
+                           std::span<const StepOps> step) {
   const std::int64_t heads = manager_.heads_per_request();
-  if (!evict.empty() && static_cast<std::int64_t>(evict.size()) != static_cast<std::int64_t>(requests.size()) * heads) {
-    throw std::invalid_argument("paged KV cache: reserve needs one eviction entry per head of every request");
+  if (!step.empty() && static_cast<std::int64_t>(step.size()) != static_cast<std::int64_t>(requests.size()) * heads) {
+    throw std::invalid_argument("paged KV cache: reserve needs one entry of step ops per head of every request");
   }
   std::vector<DecodeOp> ops;
   ops.reserve(requests.size() * static_cast<std::size_t>(heads));
+  // A demoted token is re-quantized from what its high slot holds, read before the step kills it.
+  struct Demotion {
+    std::size_t op;
+    std::int32_t position;
+    std::vector<float> key, value;
+  };
+  std::vector<Demotion> demotions;
+  const PagePool& pool = manager_.pool();
   for (std::size_t i = 0; i < requests.size(); ++i) {
     for (std::int32_t l = 0; l < model_.num_hidden_layers; ++l) {
       for (std::int32_t h = 0; h < model_.num_key_value_heads; ++h) {
@@ -222,12 +272,32 @@ void PagedKvCache::reserve(std::span<const std::int64_t> requests, std::span<con
         op.layer = l;
         op.head = h;
         op.token = TokenPayload{positions[i], 0.0f};
-        if (!evict.empty()) op.evict = evict[ops.size()];
+        if (!step.empty()) {
+          op.evict = step[ops.size()].evict;
+          op.demote = step[ops.size()].demote;
+        }
+        if (op.demote) {
+          const PageId id = manager_.page_of(op.request, l, h, *op.demote);
+          const PagePool::SlotCodes codes = pool.load_codes(id, op.demote->slot);
+          const KvTier& high = tiers_[kHighTier];
+          demotions.push_back({ops.size(), pool.payload(id, op.demote->slot).position,
+                               decode_row(high.key, model_.head_dim, codes.key, codes.key_meta),
+                               decode_row(high.value, model_.head_dim, codes.value, codes.value_meta)});
+        }
         ops.push_back(op);
       }
     }
   }
   manager_.decode_step(ops);
+  for (const Demotion& dm : demotions) {
+    const DecodeOp& op = ops[dm.op];
+    const std::optional<SlotRef> slot = manager_.find_slot(op.request, op.layer, op.head, kLowTier, dm.position);
+    if (!slot) {
+      throw std::logic_error(fmt::format("paged KV cache: request {} layer {} head {}: demoted position {} has no low "
+                                         "slot", op.request, op.layer, op.head, dm.position));
+    }
+    store(op.request, op.layer, op.head, *slot, dm.position, dm.key, dm.value);
+  }
 }
 
 void PagedKvCache::live_tokens(std::int64_t request, std::int32_t layer, std::int32_t head,
@@ -239,7 +309,7 @@ void PagedKvCache::live_tokens(std::int64_t request, std::int32_t layer, std::in
     for (std::int64_t s = 0; s < pool.tokens_per_page(tier); ++s) {
       if (!pool.live(id, s)) continue;
       const TokenPayload p = pool.payload(id, s);
-      tokens.push_back(LiveToken{p.position, p.score});
+      tokens.push_back(LiveToken{p.position, p.score, tier});
       slots.push_back(SlotRef{tier, i, s});
     }
   });

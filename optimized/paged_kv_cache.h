@@ -51,18 +51,25 @@ class PagedKvCache {
   // (PoolExhausted, before any compute, when the pages of `tokens` prompt tokens are not free)...
   void check_prompt_fits(std::int64_t tokens) const;
   // ...and then admit the request with, per head (layer-major, kv-head minor), the kept prompt
-  // positions (ascending) and their initial scores (empty: 0), and store those tokens packed.
-  // keys[layer] and values[layer] are [tokens][kv_dim], post-RoPE.
-  void commit_prompt(std::int64_t request, std::int64_t tokens, std::span<const std::vector<std::int32_t>> kept,
+  // positions of each tier and their initial scores (empty: 0), and store those tokens packed,
+  // each in its tier's format. keys[layer] and values[layer] are [tokens][kv_dim], post-RoPE.
+  void commit_prompt(std::int64_t request, std::int64_t tokens, std::span<const PromptSelection> kept,
                      std::span<const std::vector<float>> scores, std::span<const std::vector<float>> keys,
                      std::span<const std::vector<float>> values);
 
+  // What a decode step does to one head besides appending: a live slot to drop (the new token
+  // may take its place), a live high slot to move to the low tier (re-quantized from what its
+  // high slot holds, as LeanKV does).
+  struct StepOps {
+    std::optional<SlotRef> evict;
+    std::optional<SlotRef> demote;
+  };
   // Reserves, in every head of every listed request, the slot of the token at positions[i].
-  // `evict`, when not empty, names per head (request-major, then layer, then kv head) a live slot
-  // to drop first; the new token may take its place. PoolExhausted (nothing reserved or dropped)
-  // when a head needs a page the pool does not have.
+  // `step`, when not empty, gives per head (request-major, then layer, then kv head) what else the
+  // step does. PoolExhausted (nothing reserved, dropped or moved) when a head needs a page the
+  // pool does not have.
   void reserve(std::span<const std::int64_t> requests, std::span<const std::int32_t> positions,
-               std::span<const std::optional<SlotRef>> evict = {});
+               std::span<const StepOps> step = {});
   // A head's live tokens and their slots, in walk order (high pages, then low; slot order).
   void live_tokens(std::int64_t request, std::int32_t layer, std::int32_t head, std::vector<LiveToken>& tokens,
                    std::vector<SlotRef>& slots) const;
@@ -100,7 +107,7 @@ class PagedKvCache {
   std::int64_t bytes_held(std::int64_t request) const;
 
  private:
-  void encode(std::int64_t request, std::int32_t layer, std::int32_t head, std::int32_t position,
+  void encode(std::int64_t request, std::int32_t layer, std::int32_t head, std::int32_t position, int tier,
               std::span<const float> key, std::span<const float> value, PagePool::SlotCodes& codes) const;
   void store(std::int64_t request, std::int32_t layer, std::int32_t head, const SlotRef& slot,
              std::int32_t position, std::span<const float> key, std::span<const float> value);
