@@ -13,6 +13,9 @@ VerifyStepOracle::VerifyStepOracle(Engine& engine, std::int64_t max_reports)
   trace_.on_kv = [this](std::int64_t, std::int32_t layer, std::int32_t first, std::int64_t tokens,
                         std::span<const float> k, std::span<const float> v) { on_kv(layer, first, tokens, k, v); };
   trace_.on_decode_head = [this](const DecodeHeadTrace& s) { on_decode_head(s); };
+  trace_.on_demote = [this](std::int64_t, std::int32_t layer, std::int32_t head, std::int32_t position) {
+    demoted_.insert({layer, head, position});
+  };
   engine_.runner->set_trace(&trace_);
 }
 
@@ -22,6 +25,7 @@ void VerifyStepOracle::begin(std::string label) {
   label_ = std::move(label);
   keys_.assign(static_cast<std::size_t>(engine_.weights.config.num_hidden_layers), {});
   values_.assign(keys_.size(), {});
+  demoted_.clear();
 }
 
 void VerifyStepOracle::on_kv(std::int32_t layer, std::int32_t first, std::int64_t tokens, std::span<const float> k,
@@ -62,9 +66,15 @@ void VerifyStepOracle::on_decode_head(const DecodeHeadTrace& s) {
   for (std::size_t i : order) {
     const std::int32_t j = live[i].position;
     const KvTier& tier = engine_.cache->tiers()[static_cast<std::size_t>(slots[i].tier)].tier;
-    const std::span<const float> k(keys.data() + j * d, static_cast<std::size_t>(d));
-    const std::span<const float> v(values.data() + j * d, static_cast<std::size_t>(d));
-    const std::vector<float> kh = stored_row_ref(tier.key, k), vh = stored_row_ref(tier.value, v);
+    std::vector<float> kh(keys.begin() + j * d, keys.begin() + (j + 1) * d);
+    std::vector<float> vh(values.begin() + j * d, values.begin() + (j + 1) * d);
+    if (slots[i].tier == kLowTier && demoted_.contains({s.layer, s.kv_head, j})) {
+      const KvTier& high = engine_.cache->tiers()[kHighTier].tier;
+      kh = stored_row_ref(high.key, kh);
+      vh = stored_row_ref(high.value, vh);
+    }
+    kh = stored_row_ref(tier.key, kh);
+    vh = stored_row_ref(tier.value, vh);
     held.push_back(j);
     held_keys.insert(held_keys.end(), kh.begin(), kh.end());
     held_values.insert(held_values.end(), vh.begin(), vh.end());

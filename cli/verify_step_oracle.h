@@ -2,11 +2,14 @@
 // engine's runner trace. It keeps a shadow of every key and value row the runner computes (exact
 // floats, before any rounding or eviction) and, at every decode step, layer and kv head, checks
 // the engine's attention against exact attention over the tokens the cache holds (dequantized as
-// their tier stores them) and against the bound around exact attention over the whole context.
+// their tier stores them: a demoted token as the high tier's format, then the low tier's) and
+// against the bound around exact attention over the whole context.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <set>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -43,6 +46,9 @@ class VerifyStepOracle {
   std::int64_t max_reports_;
   std::string label_;
   std::vector<std::vector<float>> keys_, values_;  // [layer][position * kv_dim]
+  // (layer, kv head, position) of tokens moved from the high tier to the low one: the cache
+  // re-quantizes them from their high codes, so the oracle applies both formats in turn.
+  std::set<std::tuple<std::int32_t, std::int32_t, std::int32_t>> demoted_;
   std::int64_t checks_ = 0, held_violations_ = 0, full_violations_ = 0;
   double held_error_max_ = 0.0, full_error_max_ = 0.0, pruned_mass_max_ = 0.0, delta_max_ = 0.0;
   double bound_use_max_ = 0.0;  // max over checks of full_error / full_bound

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "optimized/eviction_policies.h"
+#include "optimized/leankv_policy.h"
 #include "reference/errors.h"
 
 namespace kvcheck {
@@ -173,6 +174,34 @@ const std::vector<Entry>& registry() {
                  [](std::int64_t b) {
                    b = std::max<std::int64_t>(2, b);
                    return fmt::format("pyramidkv:budget={},window={}", b, std::min<std::int64_t>(8, b / 2));
+                 }});
+    auto bits = [](const char* key, double value, const char* help) {
+      return Param{key, value, 2, 16, true, help};
+    };
+    e.push_back({"leankv",
+                 "LeanKV: high / low precision tiers and pruning by attention significance, Algorithm 1 while decoding",
+                 {{"alpha_h", 1.0, 0, 1e6, false, "high tier at significance >= alpha_h / N"},
+                  {"alpha_l", 0.02, 0, 1e6, false, "low tier at significance >= alpha_l / N, else pruned"},
+                  {"window", 64, 1, kMaxTokens, true, "recent positions always at high"},
+                  bits("high_k", 8, "high tier key bits (2, 4, 8; 16: fp16)"),
+                  bits("high_v", 4, "high tier value bits"),
+                  bits("low_k", 4, "low tier key bits"),
+                  bits("low_v", 2, "low tier value bits")},
+                 [](const Params& p) {
+                   for (const char* key : {"high_k", "high_v", "low_k", "low_v"}) {
+                     const std::int64_t b = p.integer(key);
+                     p.require(b == 2 || b == 4 || b == 8 || b == 16, fmt::format("{} must be 2, 4, 8 or 16", key));
+                   }
+                   p.require(p["alpha_l"] <= p["alpha_h"], "alpha_l must not exceed alpha_h");
+                   LeanKvParams lp;
+                   lp.alpha_h = p["alpha_h"];
+                   lp.alpha_l = p["alpha_l"];
+                   lp.window = p.integer("window");
+                   lp.high_k = static_cast<int>(p.integer("high_k"));
+                   lp.high_v = static_cast<int>(p.integer("high_v"));
+                   lp.low_k = static_cast<int>(p.integer("low_k"));
+                   lp.low_v = static_cast<int>(p.integer("low_v"));
+                   return make_leankv_policy(lp);
                  }});
     return e;
   }();

@@ -1,0 +1,121 @@
+#include "optimized/leankv_policy.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace kvcheck {
+
+double leankv_significance(const LiveToken& t, std::int32_t new_position) {
+  const double seen = static_cast<double>(new_position) - static_cast<double>(t.position);
+  return seen > 0 ? static_cast<double>(t.score) / seen : 0.0;
+}
+
+namespace {
+
+KvFormat bits_format(int bits) { return bits == 16 ? fp16_format() : int_format(per_token(bits)); }
+
+std::string tier_label(int k, int v) { return fmt::format("K{}V{}", k, v); }
+
+class LeanKvPolicy final : public KvPolicy {
+ public:
+  explicit LeanKvPolicy(const LeanKvParams& p) : p_(p) {}
+  std::string name() const override {
+    return fmt::format("leankv:alpha_h={},alpha_l={},window={},high_k={},high_v={},low_k={},low_v={}", p_.alpha_h,
+                       p_.alpha_l, p_.window, p_.high_k, p_.high_v, p_.low_k, p_.low_v);
+  }
+  std::string description() const override {
+    return fmt::format("LeanKV: {} / {} / pruned by significance (alpha_h {}, alpha_l {}), recent {} at high",
+                       tier_label(p_.high_k, p_.high_v), tier_label(p_.low_k, p_.low_v), p_.alpha_h, p_.alpha_l,
+                       p_.window);
+  }
+  std::vector<KvTier> tiers() const override {
+    return {KvTier{bits_format(p_.high_k), bits_format(p_.high_v)}, KvTier{bits_format(p_.low_k), bits_format(p_.low_v)}};
+  }
+  bool evicts() const override { return true; }
+  bool accumulates_scores() const override { return true; }
+
+  PromptSelection select_prompt_tiers(std::int32_t, std::int64_t n, const PromptScores& s) const override {
+    PromptSelection out;
+    for (std::int64_t j = 0; j < n; ++j) {
+      const auto pos = static_cast<std::int32_t>(j);
+      if (j >= n - p_.window) {
+        out.high.push_back(pos);
+        continue;
+      }
+      const double sig = static_cast<double>(s.all[static_cast<std::size_t>(j)]) / static_cast<double>(n - j);
+      const double i = static_cast<double>(j + 1);
+      if (sig >= p_.alpha_h / i) {
+        out.high.push_back(pos);
+      } else if (sig >= p_.alpha_l / i) {
+        out.low.push_back(pos);
+      }
+    }
+    return out;
+  }
+  std::vector<std::int32_t> select_prompt(std::int32_t layer, std::int64_t n, const PromptScores& s) const override {
+    PromptSelection t = select_prompt_tiers(layer, n, s);
+    t.high.insert(t.high.end(), t.low.begin(), t.low.end());
+    std::sort(t.high.begin(), t.high.end());
+    return t.high;
+  }
+
+  StepDecision decide_step(std::int32_t, std::span<const LiveToken> live, std::int32_t p) const override {
+    StepDecision d;
+    const std::int64_t c_pos = static_cast<std::int64_t>(p) - p_.window;
+    if (c_pos < 0) return d;
+    const double n = static_cast<double>(p) + 1.0;
+    const double high = p_.alpha_h / n, low = p_.alpha_l / n;
+    std::optional<std::size_t> c;
+    for (std::size_t i = 0; i < live.size(); ++i) {
+      if (live[i].position == c_pos) c = i;
+    }
+    // The candidate was dropped at prefill (only tokens outside the window can be), or is low.
+    if (!c || live[*c].tier != 0) return d;
+    // The least significant token of a tier, outside the recent window, other than `skip`.
+    auto least = [&](int tier, std::optional<std::size_t> skip) {
+      std::optional<std::size_t> v;
+      for (std::size_t i = 0; i < live.size(); ++i) {
+        if (live[i].tier != tier || live[i].position > c_pos || (skip && i == *skip)) continue;
+        const double s = leankv_significance(live[i], p);
+        if (!v) {
+          v = i;
+          continue;
+        }
+        const double sv = leankv_significance(live[*v], p);
+        if (s < sv || (s == sv && live[i].position < live[*v].position)) v = i;
+      }
+      return v;
+    };
+    const double sig_c = leankv_significance(live[*c], p);
+    if (sig_c >= high) {
+      const std::optional<std::size_t> v = least(0, std::nullopt);
+      if (!v) return d;
+      const double sv = leankv_significance(live[*v], p);
+      if (sv >= high) return d;
+      if (sv >= low) {
+        d.demote = v;
+      } else {
+        d.evict = v;
+      }
+    } else if (sig_c >= low) {
+      d.demote = c;
+      const std::optional<std::size_t> v = least(1, std::nullopt);
+      if (v && leankv_significance(live[*v], p) < low) d.evict = v;
+    } else {
+      d.evict = c;
+    }
+    return d;
+  }
+
+ private:
+  LeanKvParams p_;
+};
+
+}  // namespace
+
+std::unique_ptr<KvPolicy> make_leankv_policy(const LeanKvParams& params) {
+  return std::make_unique<LeanKvPolicy>(params);
+}
+
+}  // namespace kvcheck
