@@ -36,8 +36,11 @@ class PagedKvCache {
   const UnifiedPageManager& manager() const { return manager_; }
   std::int64_t free_pages() const { return manager_.free_list().free_count(); }
   std::int64_t pool_pages() const { return manager_.pool().pages(); }
-  // Pages a request of `tokens` tokens holds at the high tier, over all its heads.
+  // The most pages a request with `tokens` tokens can hold over all its heads, whatever its
+  // policy decides (a two-tier policy may fill pages of both tiers).
   std::int64_t pages_for(std::int64_t tokens) const;
+  // The most free pages the prompt phase of a `tokens`-token prompt needs.
+  std::int64_t prompt_pages(std::int64_t tokens) const;
   bool has(std::int64_t request) const { return manager_.has_request(request); }
 
   // Admits a request and allocates the pages of its `tokens` prompt tokens in every head.
@@ -107,6 +110,7 @@ class PagedKvCache {
   std::int64_t bytes_held(std::int64_t request) const;
 
  private:
+  bool has_two_tiers() const;
   void encode(std::int64_t request, std::int32_t layer, std::int32_t head, std::int32_t position, int tier,
               std::span<const float> key, std::span<const float> value, PagePool::SlotCodes& codes) const;
   void store(std::int64_t request, std::int32_t layer, std::int32_t head, const SlotRef& slot,

@@ -6,6 +6,7 @@
 
 #include "optimized/eviction_policies.h"
 #include "optimized/kv_policy.h"
+#include "optimized/leankv_policy.h"
 #include "reference/errors.h"
 
 namespace kvcheck {
@@ -106,6 +107,59 @@ TEST(EvictionRules, PyramidBudgetsFallLinearlyAroundTheMean) {
   // Budgets {6, 2}: layer 0 keeps all 6, layer 1 the window (5) and the best older token (2).
   EXPECT_EQ(p->select_prompt(0, 6, PromptScores{win, win, 2}), (Positions{0, 1, 2, 3, 4, 5}));
   EXPECT_EQ(p->select_prompt(1, 6, PromptScores{win, win, 2}), (Positions{2, 5}));
+}
+
+TEST(EvictionRules, LeanKvPromptTiersCompareSignificanceWithAlphaOverIndex) {
+  const auto p = make_policy("leankv:alpha_h=1,alpha_l=0.2,window=2");
+  // Significance = column sum / (6 - j); thresholds alpha / (j + 1).
+  //   0: 6/6 = 1 >= 1 high;  1: .5/5 = .1 >= .2/2 low (boundary);  2: .3/4 = .075 >= .2/3 low;
+  //   3: .05/3 < .2/4 dropped;  4, 5: the recent window, high whatever their scores.
+  const std::vector<float> all = {6.0f, 0.5f, 0.3f, 0.05f, 0.0f, 0.0f};
+  const PromptSelection t = p->select_prompt_tiers(0, 6, PromptScores{all, {}});
+  EXPECT_EQ(t.high, (Positions{0, 4, 5}));
+  EXPECT_EQ(t.low, (Positions{1, 2}));
+  EXPECT_EQ(p->select_prompt(0, 6, PromptScores{all, {}}), (Positions{0, 1, 2, 4, 5}));
+  EXPECT_EQ(p->tiers().size(), 2u);
+  EXPECT_EQ(kv_tier_name(p->tiers()[0]), kv_tier_name({int_format(per_token(8)), int_format(per_token(4))}));
+  EXPECT_EQ(kv_tier_name(p->tiers()[1]), kv_tier_name({int_format(per_token(4)), int_format(per_token(2))}));
+}
+
+TEST(EvictionRules, LeanKvAlgorithmOneCandidateAndVictim) {
+  const auto p = make_policy("leankv:alpha_h=1,alpha_l=0.2,window=2");
+  // Position 10 joins: N = 11, thresholds 1/11 = .0909 and .2/11 = .0182; the candidate is 8.
+  // Significance = score / (10 - position).
+  std::vector<LiveToken> live = {{0, 5.0f, 0}, {3, 0.5f, 0}, {8, 1.0f, 0}, {9, 0.1f, 0}, {5, 0.2f, 1}};
+  // Candidate .5: stays high; the least significant high token at or before 8 is 3 (.071): moved.
+  StepDecision d = p->decide_step(0, live, 10);
+  EXPECT_EQ(d.demote, std::optional<std::size_t>(1));
+  EXPECT_EQ(d.evict, std::nullopt);
+  // Victim below alpha_l / N: dropped instead.
+  live[1].score = 0.1f;  // .014
+  d = p->decide_step(0, live, 10);
+  EXPECT_EQ(d.evict, std::optional<std::size_t>(1));
+  EXPECT_EQ(d.demote, std::nullopt);
+  // Candidate .05: moved to low; the low victim 5 (.04) is significant enough to stay...
+  live[1].score = 0.5f;
+  live[2].score = 0.1f;
+  d = p->decide_step(0, live, 10);
+  EXPECT_EQ(d.demote, std::optional<std::size_t>(2));
+  EXPECT_EQ(d.evict, std::nullopt);
+  // ...unless it falls under alpha_l / N (.01).
+  live[4].score = 0.05f;
+  d = p->decide_step(0, live, 10);
+  EXPECT_EQ(d.demote, std::optional<std::size_t>(2));
+  EXPECT_EQ(d.evict, std::optional<std::size_t>(4));
+  // Candidate .005: dropped.
+  live[2].score = 0.01f;
+  d = p->decide_step(0, live, 10);
+  EXPECT_EQ(d.evict, std::optional<std::size_t>(2));
+  EXPECT_EQ(d.demote, std::nullopt);
+  // No candidate yet (position 1 < window), or a candidate already low: nothing.
+  EXPECT_EQ(p->decide_step(0, live, 1).evict, std::nullopt);
+  live[2].tier = 1;
+  d = p->decide_step(0, live, 10);
+  EXPECT_EQ(d.evict, std::nullopt);
+  EXPECT_EQ(d.demote, std::nullopt);
 }
 
 }  // namespace

@@ -13,7 +13,11 @@
 //   h2o        each live token's score is its score at the previous step plus the probability it
 //              received then (the cache's slot-to-probability mapping), and the token that left
 //              is the one H2O's rule picks from those scores: the lowest outside the recent
-//              window, ties to the oldest.
+//              window, ties to the oldest;
+//   leankv     the same score bookkeeping; the recent window held at high; and exactly the moves
+//              and drops of Algorithm 1, written out again here from the paper, from those
+//              scores. A token moved to low is checked as stored in the high format, then the low.
+// PlantedBugsAreCaught plants one wrong decision in a policy at a time and expects a failure.
 //
 //   RC_PARAMS="seed=N" build-cpu/properties/kvcheck_property_tests --gtest_filter='EvictionProps.*'
 #include <gtest/gtest.h>
@@ -27,10 +31,12 @@
 #include <functional>
 #include <random>
 #include <set>
+#include <tuple>
 
-#include "kernels/quant_math.h"
+#include "oracles/step_oracle.h"
 #include "optimized/engine.h"
 #include "optimized/eviction_policies.h"
+#include "optimized/leankv_policy.h"
 #include "properties/support/model_fixtures.h"
 #include "properties/support/property_check.h"
 
@@ -40,16 +46,25 @@ namespace {
 using testing::check_property;
 
 struct PolicyCase {
-  std::string kind;  // streaming, h2o, snapkv
-  std::int64_t a = 0, b = 0, c = 0;  // sinks/window; budget/recent tokens; budget/window/pool
-  double recent = 0.0;
+  std::string kind;  // streaming, h2o, snapkv, pyramidkv, leankv
+  std::int64_t a = 0, b = 0, c = 0;  // sinks/window; budget/recent tokens; budget/window/pool; -/window
+  double recent = 0.0;               // h2o: recent share; pyramidkv: ratio
+  double alpha_h = 0.0, alpha_l = 0.0;
   std::string spec;
 };
 
 PolicyCase gen_policy() {
   PolicyCase p;
-  p.kind = *rc::gen::element<std::string>("streaming", "h2o", "snapkv", "pyramidkv");
-  if (p.kind == "streaming") {
+  p.kind = *rc::gen::element<std::string>("streaming", "h2o", "snapkv", "pyramidkv", "leankv");
+  if (p.kind == "leankv") {
+    p.b = *rc::gen::inRange<std::int64_t>(1, 9);
+    p.alpha_h = *rc::gen::element(0.5, 1.0, 2.0);
+    p.alpha_l = p.alpha_h * *rc::gen::element(0.02, 0.2, 0.6);
+    const auto [hk, hv, lk, lv] = *rc::gen::element(std::tuple{8, 4, 4, 2}, std::tuple{4, 8, 2, 4},
+                                                     std::tuple{16, 16, 8, 8}, std::tuple{8, 8, 2, 2});
+    p.spec = fmt::format("leankv:alpha_h={},alpha_l={},window={},high_k={},high_v={},low_k={},low_v={}", p.alpha_h,
+                         p.alpha_l, p.b, hk, hv, lk, lv);
+  } else if (p.kind == "streaming") {
     p.a = *rc::gen::inRange<std::int64_t>(0, 5);
     p.b = *rc::gen::inRange<std::int64_t>(1, 12);
     p.spec = fmt::format("streaming:sinks={},window={}", p.a, p.b);
@@ -72,7 +87,40 @@ PolicyCase gen_policy() {
   return p;
 }
 
-float fp16(float x) { return quant::f16_to_float(quant::f16_from_float(x)); }
+// LeanKV's Algorithm 1 written out again from the paper, on (position, score, tier) triples:
+// returns {demoted position, evicted position} (-1: none).
+std::pair<std::int32_t, std::int32_t> leankv_rule(const std::vector<LiveToken>& live, std::int32_t p,
+                                                  std::int64_t window, double alpha_h, double alpha_l) {
+  const std::int32_t c = p - static_cast<std::int32_t>(window);
+  const double n = p + 1.0;
+  auto sig = [&](const LiveToken& t) { return static_cast<double>(t.score) / static_cast<double>(p - t.position); };
+  const LiveToken* cand = nullptr;
+  for (const LiveToken& t : live) {
+    if (t.position == c && t.tier == 0) cand = &t;
+  }
+  if (c < 0 || cand == nullptr) return {-1, -1};
+  // Lowest significance (then oldest) among a tier's tokens at or before c.
+  auto lowest = [&](int tier) -> const LiveToken* {
+    std::vector<const LiveToken*> pool;
+    for (const LiveToken& t : live) {
+      if (t.tier == tier && t.position <= c) pool.push_back(&t);
+    }
+    if (pool.empty()) return nullptr;
+    return *std::min_element(pool.begin(), pool.end(), [&](const LiveToken* a, const LiveToken* b) {
+      return std::make_pair(sig(*a), a->position) < std::make_pair(sig(*b), b->position);
+    });
+  };
+  if (sig(*cand) >= alpha_h / n) {
+    const LiveToken* v = lowest(0);
+    if (sig(*v) >= alpha_h / n) return {-1, -1};
+    return sig(*v) >= alpha_l / n ? std::pair{v->position, -1} : std::pair{-1, v->position};
+  }
+  if (sig(*cand) >= alpha_l / n) {
+    const LiveToken* v = lowest(1);
+    return {c, v != nullptr && sig(*v) < alpha_l / n ? v->position : -1};
+  }
+  return {-1, c};
+}
 
 struct HeadHistory {
   std::map<std::int32_t, float> scores;  // position -> score after the previous step's update
@@ -117,13 +165,16 @@ std::string check_case(const EvictionCase& ec, const PolicyCase& pc, std::unique
   const std::int64_t d = config.head_dim, kvh = config.num_key_value_heads, group = config.group_size();
   const auto kv_dim = static_cast<std::size_t>(config.kv_dim());
   const std::int64_t tpp = e->cache->manager().pool().tokens_per_page(kHighTier);
-  // Shadow keys and values [layer][position][kv_dim], fp16-rounded.
+  const std::int64_t tpp_low = e->cache->manager().pool().tokens_per_page(kLowTier);
+  // Shadow keys and values [layer][position][kv_dim], exact (as the runner computed them).
   std::vector<std::map<std::int32_t, std::vector<float>>> keys(static_cast<std::size_t>(config.num_hidden_layers)),
       values(keys.size());
   std::map<std::pair<std::int32_t, std::int32_t>, HeadHistory> history;  // (layer, head)
   std::map<std::pair<std::int32_t, std::int32_t>, std::vector<float>> last_probs;
   std::map<std::pair<std::int32_t, std::int32_t>, std::vector<SlotRef>> last_slots;
   std::map<std::pair<std::int32_t, std::int32_t>, std::vector<LiveToken>> last_live;
+  std::map<std::pair<std::int32_t, std::int32_t>, std::int64_t> last_high_pages;
+  std::set<std::tuple<std::int32_t, std::int32_t, std::int32_t>> demoted;  // (layer, head, position)
   std::int64_t checks = 0;
   std::string failure;
   RunnerTrace trace;
@@ -132,12 +183,15 @@ std::string check_case(const EvictionCase& ec, const PolicyCase& pc, std::unique
     for (std::int64_t t = 0; t < n; ++t) {
       std::vector<float> kr(kv_dim), vr(kv_dim);
       for (std::size_t c = 0; c < kv_dim; ++c) {
-        kr[c] = fp16(k[static_cast<std::size_t>(t) * kv_dim + c]);
-        vr[c] = fp16(v[static_cast<std::size_t>(t) * kv_dim + c]);
+        kr[c] = k[static_cast<std::size_t>(t) * kv_dim + c];
+        vr[c] = v[static_cast<std::size_t>(t) * kv_dim + c];
       }
       keys[static_cast<std::size_t>(layer)][first + static_cast<std::int32_t>(t)] = kr;
       values[static_cast<std::size_t>(layer)][first + static_cast<std::int32_t>(t)] = vr;
     }
+  };
+  trace.on_demote = [&](std::int64_t, std::int32_t layer, std::int32_t head, std::int32_t position) {
+    demoted.insert({layer, head, position});
   };
   auto fail = [&](const std::string& what) {
     if (failure.empty()) failure = what;
@@ -157,6 +211,13 @@ std::string check_case(const EvictionCase& ec, const PolicyCase& pc, std::unique
         if (j < pc.a || j > p - pc.b || p + 1 <= pc.a + pc.b) want.insert(j);
       }
       if (held != want) fail(at + ": streaming holds the wrong positions");
+    } else if (pc.kind == "leankv") {
+      for (const LiveToken& t : live) {
+        if (t.position > p - pc.b && t.tier != 0) fail(at + fmt::format(": recent position {} is not at high", t.position));
+      }
+      for (std::int32_t j = std::max<std::int32_t>(0, p - static_cast<std::int32_t>(pc.b) + 1); j <= p; ++j) {
+        if (!held.contains(j)) fail(at + fmt::format(": leankv dropped recent position {}", j));
+      }
     } else if (pc.kind == "h2o") {
       if (static_cast<std::int64_t>(held.size()) != std::min<std::int64_t>(p + 1, pc.a)) {
         fail(at + fmt::format(": h2o holds {} tokens, budget {}", held.size(), pc.a));
@@ -187,14 +248,20 @@ std::string check_case(const EvictionCase& ec, const PolicyCase& pc, std::unique
       h.prompt_kept = prompt_part;
       h.seen = true;
     }
-    // H2O's scores and victim, from the previous step's scores and probabilities.
+    // Accumulated scores (H2O, LeanKV) and the decisions they drive, from the previous step.
     const auto key = std::make_pair(s.layer, s.kv_head);
-    if (pc.kind == "h2o" && last_live.contains(key)) {
+    const bool accumulates = pc.kind == "h2o" || pc.kind == "leankv";
+    if (accumulates && last_live.contains(key)) {
       std::map<std::int32_t, float> expected;  // after the previous step's update
-      for (std::size_t i = 0; i < last_live[key].size(); ++i) {
+      std::vector<LiveToken> before = last_live[key];
+      for (std::size_t i = 0; i < before.size(); ++i) {
         const SlotRef& r = last_slots[key][i];
-        const float add = last_probs[key].at(static_cast<std::size_t>(r.page_index * tpp + r.slot));
-        expected[last_live[key][i].position] = last_live[key][i].score + add;
+        // Walk order: the high pages, then the low ones.
+        const std::int64_t walk = r.tier == kHighTier ? r.page_index * tpp
+                                                      : last_high_pages[key] * tpp + r.page_index * tpp_low;
+        const float add = last_probs[key].at(static_cast<std::size_t>(walk + r.slot));
+        expected[before[i].position] = before[i].score + add;
+        before[i].score = expected[before[i].position];
       }
       for (const LiveToken& t : live) {
         if (t.position == p) continue;
@@ -203,8 +270,22 @@ std::string check_case(const EvictionCase& ec, const PolicyCase& pc, std::unique
                                 expected.contains(t.position) ? expected[t.position] : -1.0f));
         }
       }
+      if (pc.kind == "leankv") {
+        const auto [want_demoted, want_evicted] = leankv_rule(before, p, pc.b, pc.alpha_h, pc.alpha_l);
+        std::map<std::int32_t, int> tier_now;
+        for (const LiveToken& t : live) tier_now[t.position] = t.tier;
+        for (const LiveToken& t : before) {
+          const bool gone = !tier_now.contains(t.position);
+          const bool moved = !gone && t.tier == 0 && tier_now[t.position] == 1;
+          if (gone != (t.position == want_evicted) || moved != (t.position == want_demoted)) {
+            fail(at + fmt::format(": position {} (tier {}) dropped {} moved {}; Algorithm 1 drops {} and moves {}",
+                                  t.position, t.tier, gone, moved, want_evicted, want_demoted));
+          }
+          if (!gone && !moved && tier_now[t.position] != t.tier) fail(at + fmt::format(": position {} changed tier", t.position));
+        }
+      }
       std::optional<std::int32_t> victim;  // H2O's rule, written out again
-      if (static_cast<std::int64_t>(expected.size()) >= pc.a) {
+      if (pc.kind == "h2o" && static_cast<std::int64_t>(expected.size()) >= pc.a) {
         for (const auto& [pos, score] : expected) {
           if (pos > p - pc.b) continue;
           if (!victim || score < expected[*victim]) victim = pos;
@@ -212,45 +293,54 @@ std::string check_case(const EvictionCase& ec, const PolicyCase& pc, std::unique
       }
       for (const auto& [pos, score] : expected) {
         const bool gone = !held.contains(pos);
-        if (gone != (victim && *victim == pos)) fail(at + fmt::format(": position {} evicted {}, H2O's rule says {}",
-                                                                      pos, gone, victim ? *victim : -1));
+        if (pc.kind == "h2o" && gone != (victim && *victim == pos)) {
+          fail(at + fmt::format(": position {} evicted {}, H2O's rule says {}", pos, gone, victim ? *victim : -1));
+        }
       }
     }
     last_live[key] = live;
     last_slots[key] = slots;
+    last_high_pages[key] = e->cache->manager().table(s.request, s.layer, s.kv_head).count(kHighTier);
     last_probs[key].assign(s.slot_probs.begin(), s.slot_probs.end());
-    // Exact attention over the held positions.
-    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-    for (std::int64_t g = 0; g < group; ++g) {
-      std::vector<double> logit;
-      double mx = -INFINITY;
-      for (std::int32_t j : held) {
-        const std::vector<float>& k = keys[static_cast<std::size_t>(s.layer)].at(j);
-        double dot = 0.0;
-        for (std::int64_t c = 0; c < d; ++c) {
-          dot += static_cast<double>(s.q[static_cast<std::size_t>(g * d + c)]) *
-                 static_cast<double>(k[static_cast<std::size_t>(s.kv_head * d + c)]);
-        }
-        logit.push_back(dot * scale);
-        mx = std::max(mx, logit.back());
-      }
-      double z = 0.0;
-      for (double& l : logit) z += (l = std::exp(l - mx));
-      for (std::int64_t c = 0; c < d; ++c) {
-        double ref = 0.0, vmax = 0.0;
-        std::size_t i = 0;
-        for (std::int32_t j : held) {
-          const double v = values[static_cast<std::size_t>(s.layer)].at(j)[static_cast<std::size_t>(s.kv_head * d + c)];
-          ref += logit[i++] / z * v;
-          vmax = std::max(vmax, std::abs(v));
-        }
-        const double got = s.out[static_cast<std::size_t>(g * d + c)];
-        if (!(std::abs(got - ref) <= 1e-5 * (1.0 + vmax))) {
-          fail(at + fmt::format(": query head {} channel {}: engine {} vs exact {} over the held positions", g, c,
-                                got, ref));
-        }
-      }
+    // The per-step oracle: exact attention over the held positions as their tiers store them
+    // (a demoted token through the high format, then the low one), and the bound around exact
+    // attention over the whole context.
+    std::vector<float> ctx_k, ctx_v, held_k, held_v;
+    for (std::int32_t j = 0; j <= p; ++j) {
+      const auto& kr = keys[static_cast<std::size_t>(s.layer)].at(j);
+      const auto& vr = values[static_cast<std::size_t>(s.layer)].at(j);
+      ctx_k.insert(ctx_k.end(), kr.begin() + s.kv_head * d, kr.begin() + (s.kv_head + 1) * d);
+      ctx_v.insert(ctx_v.end(), vr.begin() + s.kv_head * d, vr.begin() + (s.kv_head + 1) * d);
     }
+    std::map<std::int32_t, int> tier_of;
+    for (std::size_t i = 0; i < live.size(); ++i) tier_of[live[i].position] = slots[i].tier;
+    std::vector<std::int32_t> held_list(held.begin(), held.end());
+    for (std::int32_t j : held_list) {
+      std::vector<float> kr(ctx_k.begin() + j * d, ctx_k.begin() + (j + 1) * d);
+      std::vector<float> vr(ctx_v.begin() + j * d, ctx_v.begin() + (j + 1) * d);
+      const std::span<const TierRead> tiers = e->cache->tiers();
+      if (tier_of[j] == kLowTier && demoted.contains({s.layer, s.kv_head, j})) {
+        kr = stored_row_ref(tiers[kHighTier].tier.key, kr);
+        vr = stored_row_ref(tiers[kHighTier].tier.value, vr);
+      }
+      kr = stored_row_ref(tiers[static_cast<std::size_t>(tier_of[j])].tier.key, kr);
+      vr = stored_row_ref(tiers[static_cast<std::size_t>(tier_of[j])].tier.value, vr);
+      held_k.insert(held_k.end(), kr.begin(), kr.end());
+      held_v.insert(held_v.end(), vr.begin(), vr.end());
+    }
+    DecodeStepInputs in;
+    in.group = group;
+    in.head_dim = d;
+    in.scale = 1.0 / std::sqrt(static_cast<double>(d));
+    in.q = s.q;
+    in.engine_out = s.out;
+    in.keys = ctx_k;
+    in.values = ctx_v;
+    in.held = held_list;
+    in.held_keys = held_k;
+    in.held_values = held_v;
+    const DecodeStepCheck r = check_decode_step(in);
+    if (!r.ok()) fail(at + ": " + r.describe());
     ++checks;
   };
   e->runner->set_trace(&trace);
@@ -288,10 +378,16 @@ class PlantedBug : public KvPolicy {
   std::vector<std::int32_t> select_prompt(std::int32_t layer, std::int64_t n, const PromptScores& s) const override {
     return inner_->select_prompt(layer, n, s);
   }
+  PromptSelection select_prompt_tiers(std::int32_t layer, std::int64_t n, const PromptScores& s) const override {
+    return inner_->select_prompt_tiers(layer, n, s);
+  }
   bool accumulates_scores() const override { return inner_->accumulates_scores(); }
   std::optional<std::size_t> select_victim(std::int32_t layer, std::span<const LiveToken> live,
                                            std::int32_t p) const override {
     return inner_->select_victim(layer, live, p);
+  }
+  StepDecision decide_step(std::int32_t layer, std::span<const LiveToken> live, std::int32_t p) const override {
+    return inner_->decide_step(layer, live, p);
   }
 
  protected:
@@ -303,15 +399,15 @@ class WrongVictim final : public PlantedBug {
  public:
   using Prefer = std::function<bool(const LiveToken& a, const LiveToken& b, std::int32_t new_position)>;
   WrongVictim(std::unique_ptr<KvPolicy> inner, Prefer prefer) : PlantedBug(std::move(inner)), prefer_(std::move(prefer)) {}
-  std::optional<std::size_t> select_victim(std::int32_t l, std::span<const LiveToken> live,
-                                           std::int32_t p) const override {
-    const std::optional<std::size_t> v = inner_->select_victim(l, live, p);
-    if (!v) return v;
-    std::size_t pick = *v;
+  StepDecision decide_step(std::int32_t l, std::span<const LiveToken> live, std::int32_t p) const override {
+    StepDecision d = inner_->decide_step(l, live, p);
+    if (!d.evict) return d;
+    std::size_t pick = *d.evict;
     for (std::size_t i = 0; i < live.size(); ++i) {
-      if (prefer_(live[i], live[pick], p)) pick = i;
+      if (prefer_(live[i], live[pick], p) && (!d.demote || i != *d.demote)) pick = i;
     }
-    return pick;
+    d.evict = pick;
+    return d;
   }
 
  private:
@@ -329,8 +425,36 @@ class FrozenH2o final : public PlantedBug {
 class DecodingSnapKv final : public PlantedBug {
  public:
   using PlantedBug::PlantedBug;
-  std::optional<std::size_t> select_victim(std::int32_t, std::span<const LiveToken> live, std::int32_t) const override {
-    return live.size() > 4 ? std::optional<std::size_t>(0) : std::nullopt;
+  StepDecision decide_step(std::int32_t, std::span<const LiveToken> live, std::int32_t) const override {
+    return {live.size() > 4 ? std::optional<std::size_t>(0) : std::nullopt, std::nullopt};
+  }
+};
+
+// LeanKV demoting the most significant high token outside the window instead of the least.
+class ProudLeanKv final : public PlantedBug {
+ public:
+  using PlantedBug::PlantedBug;
+  StepDecision decide_step(std::int32_t l, std::span<const LiveToken> live, std::int32_t p) const override {
+    StepDecision d = inner_->decide_step(l, live, p);
+    if (!d.demote || d.evict) return d;  // the victim path of a significant candidate
+    for (std::size_t i = 0; i < live.size(); ++i) {
+      if (live[i].tier == 0 && live[i].position < live[*d.demote].position &&
+          leankv_significance(live[i], p) > leankv_significance(live[*d.demote], p)) {
+        d.demote = i;
+      }
+    }
+    return d;
+  }
+};
+
+// LeanKV moving a candidate to low without pruning the insignificant low victim.
+class HoardingLeanKv final : public PlantedBug {
+ public:
+  using PlantedBug::PlantedBug;
+  StepDecision decide_step(std::int32_t l, std::span<const LiveToken> live, std::int32_t p) const override {
+    StepDecision d = inner_->decide_step(l, live, p);
+    if (d.demote && d.evict) d.evict.reset();
+    return d;
   }
 };
 
@@ -338,9 +462,9 @@ class DecodingSnapKv final : public PlantedBug {
 class SinklessStreaming final : public PlantedBug {
  public:
   using PlantedBug::PlantedBug;
-  std::vector<std::int32_t> select_prompt(std::int32_t layer, std::int64_t n, const PromptScores& s) const override {
-    std::vector<std::int32_t> kept = inner_->select_prompt(layer, n, s);
-    if (kept.size() > 1 && kept.front() == 0) kept.erase(kept.begin());
+  PromptSelection select_prompt_tiers(std::int32_t layer, std::int64_t n, const PromptScores& s) const override {
+    PromptSelection kept = inner_->select_prompt_tiers(layer, n, s);
+    if (kept.high.size() > 1 && kept.high.front() == 0) kept.high.erase(kept.high.begin());
     return kept;
   }
 };
@@ -358,6 +482,15 @@ TEST(EvictionProps, PlantedBugsAreCaught) {
     pc.b = b;
     pc.recent = recent;
     pc.spec = spec;
+    return pc;
+  };
+  auto leankv_case = [] {
+    PolicyCase pc;
+    pc.kind = "leankv";
+    pc.b = 3;
+    pc.alpha_h = 1.0;
+    pc.alpha_l = 0.6;
+    pc.spec = "leankv:alpha_h=1,alpha_l=0.6,window=3";
     return pc;
   };
   const std::vector<Planted> planted = {
@@ -379,11 +512,15 @@ TEST(EvictionProps, PlantedBugsAreCaught) {
        [](auto p) { return std::make_unique<FrozenH2o>(std::move(p)); }},
       {"snapkv evicts while decoding", policy_case("snapkv", 6, 2, 0, "snapkv:budget=6,window=2,pool=3"),
        [](auto p) { return std::make_unique<DecodingSnapKv>(std::move(p)); }},
+      {"leankv demotes the most significant victim", leankv_case(),
+       [](auto p) { return std::make_unique<ProudLeanKv>(std::move(p)); }},
+      {"leankv keeps an insignificant low victim", leankv_case(),
+       [](auto p) { return std::make_unique<HoardingLeanKv>(std::move(p)); }},
   };
   std::mt19937_64 rng(20261123);
   for (const Planted& bug : planted) {
     std::string caught;
-    for (int i = 0; i < 40 && caught.empty(); ++i) {
+    for (int i = 0; i < 200 && caught.empty(); ++i) {
       EvictionCase k;
       k.shape.layers = 2;
       k.shape.kv_heads = 1 + static_cast<std::int64_t>(rng() % 2);
