@@ -12,7 +12,8 @@
 //              greedy exact match as kvcheck eval scores it, overall and per length bucket.
 //
 // Rows: each policy that keeps every token once, each evicting policy at each --sweep-budgets
-// value (tokens per head, policy_spec_at_budget). JSON: format "kvcheck-sweep", version 1.
+// value (tokens per head, policy_spec_at_budget), then each --sweep-specs spec as given.
+// JSON: format "kvcheck-sweep", version 1.
 #include <cmath>
 #include <map>
 
@@ -44,11 +45,11 @@ struct RetrievalCase {
   std::vector<std::int32_t> prompt, answer;
 };
 
-std::vector<std::string> split_list(const std::string& s) {
+std::vector<std::string> split_list(const std::string& s, char separator = ',') {
   std::vector<std::string> out;
   std::size_t at = 0;
   while (at <= s.size()) {
-    const std::size_t end = std::min(s.find(',', at), s.size());
+    const std::size_t end = std::min(s.find(separator, at), s.size());
     if (end > at) out.push_back(s.substr(at, end - at));
     at = end + 1;
   }
@@ -117,6 +118,10 @@ int run_verify_sweep(const VerifyArgs& args) {
       continue;
     }
     for (std::int64_t b : budgets) configs.emplace_back(*policy_spec_at_budget(name, b), b);
+  }
+  for (const std::string& spec : split_list(args.sweep_specs, ';')) {
+    make_policy(spec);  // InputError naming a bad spec before anything runs
+    configs.emplace_back(spec, 0);
   }
 
   fmt::print("verify --sweep: {} configurations; {} prompts x ({} + {}) tokens of {}; {} retrieval items\n",
@@ -193,13 +198,15 @@ int run_verify_sweep(const VerifyArgs& args) {
     const DistributionSummary sum = dist.summary();
     const double ppl = perplexity(nll, predicted);
     const double bytes_ratio = bytes_ratio_sum / static_cast<double>(prompts.size());
-    fmt::print("{:<44} {:>7.3f} {:>10.3e} {:>9.1e} {:>7.4f} {:>8.2f} {:>9}\n", spec, bytes_ratio, sum.kl_mean,
+    const std::string name = engine->policy->name();  // every parameter spelled out
+    fmt::print("{:<44} {:>7.3f} {:>10.3e} {:>9.1e} {:>7.4f} {:>8.2f} {:>9}\n", name, bytes_ratio, sum.kl_mean,
                sum.kl_stderr, sum.top1_agreement, ppl,
                overall.total ? fmt::format("{:.3f}", overall.accuracy()) : std::string("-"));
     nlohmann::json lengths = nlohmann::json::object(), tasks = nlohmann::json::object();
     for (const auto& [len, a] : by_length) lengths[std::to_string(len)] = a.accuracy();
     for (const auto& [task, a] : by_task) tasks[task] = a.accuracy();
-    rows.push_back({{"policy", spec},
+    rows.push_back({{"policy", name},
+                    {"spec", spec},
                     {"budget", budget == 0 ? nlohmann::json(nullptr) : nlohmann::json(budget)},
                     {"kv_bytes_vs_fp16", bytes_ratio},
                     {"kl_mean", sum.kl_mean},

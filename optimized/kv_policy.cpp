@@ -133,6 +133,19 @@ const std::vector<Entry>& registry() {
             {int_format(per_token(8)), int_format(per_token(8))});
     uniform("int4", "every token kept, keys and values int4 per token (fp16 scale and zero)",
             {int_format(per_token(4)), int_format(per_token(4))});
+    e.push_back({"kv-bits", "every token kept, keys and values per-token INT at their own bit widths (16: fp16)",
+                 {{"k", 8, 2, 16, true, "key bits (2, 4, 8, 16)"}, {"v", 4, 2, 16, true, "value bits (2, 4, 8, 16)"}},
+                 [](const Params& p) {
+                   auto format = [&](const char* key) {
+                     const std::int64_t b = p.integer(key);
+                     p.require(b == 2 || b == 4 || b == 8 || b == 16, fmt::format("{} must be 2, 4, 8 or 16", key));
+                     return b == 16 ? fp16_format() : int_format(per_token(static_cast<int>(b)));
+                   };
+                   const KvTier tier{format("k"), format("v")};
+                   return std::make_unique<UniformPolicy>(
+                       fmt::format("kv-bits:k={},v={}", p.integer("k"), p.integer("v")),
+                       fmt::format("every token kept, {} per token", kv_tier_name(tier)), tier);
+                 }});
     constexpr double kMaxTokens = 1 << 20;
     e.push_back({"streaming", "StreamingLLM: attention sinks plus a recent window, fp16",
                  {{"sinks", 4, 0, kMaxTokens, true, "first positions always kept"},
