@@ -13,6 +13,7 @@
 
 #include "optimized/eviction_policies.h"
 #include "optimized/leankv_policy.h"
+#include "optimized/xkv_policy.h"
 #include "reference/errors.h"
 
 namespace kvcheck {
@@ -30,6 +31,16 @@ std::optional<std::size_t> KvPolicy::select_victim(std::int32_t, std::span<const
 PromptSelection KvPolicy::select_prompt_tiers(std::int32_t layer, std::int64_t prompt_len,
                                               const PromptScores& scores) const {
   return {select_prompt(layer, prompt_len, scores), {}};
+}
+
+std::vector<PromptSelection> KvPolicy::select_prompt_all(std::int64_t prompt_len, std::int64_t kv_heads,
+                                                         std::span<const PromptScores> heads) const {
+  std::vector<PromptSelection> out;
+  for (std::size_t i = 0; i < heads.size(); ++i) {
+    out.push_back(select_prompt_tiers(static_cast<std::int32_t>(static_cast<std::int64_t>(i) / kv_heads), prompt_len,
+                                      heads[i]));
+  }
+  return out;
 }
 
 StepDecision KvPolicy::decide_step(std::int32_t layer, std::span<const LiveToken> live,
@@ -187,6 +198,21 @@ const std::vector<Entry>& registry() {
                  [](std::int64_t b) {
                    b = std::max<std::int64_t>(2, b);
                    return fmt::format("pyramidkv:budget={},window={}", b, std::min<std::int64_t>(8, b / 2));
+                 }});
+    e.push_back({"xkv", "XKV: SnapKV's selection with per-layer budgets from greedy importance retention, fp16",
+                 {{"budget", 64, 2, kMaxTokens, true, "mean prompt tokens per head over the layers"},
+                  {"retention", 0, 0, 1, false, "if > 0: allocate until the mean retention reaches it (no budget)"},
+                  {"window", 8, 1, kMaxTokens, true, "observation window (last prompt queries), kept"},
+                  {"pool", 7, 1, 101, true, "average-pooling width (odd)"}},
+                 [](const Params& p) {
+                   p.require(p["retention"] > 0 || p.integer("window") < p.integer("budget"),
+                             "window must be smaller than budget");
+                   p.require(p.integer("pool") % 2 == 1, "pool must be odd");
+                   return make_xkv_policy(p.integer("budget"), p["retention"], p.integer("window"), p.integer("pool"));
+                 },
+                 [](std::int64_t b) {
+                   b = std::max<std::int64_t>(2, b);
+                   return fmt::format("xkv:budget={},window={}", b, std::min<std::int64_t>(8, b / 2));
                  }});
     auto bits = [](const char* key, double value, const char* help) {
       return Param{key, value, 2, 16, true, help};

@@ -72,6 +72,12 @@ class KvPolicy {
   // select_prompt's positions at high.
   virtual PromptSelection select_prompt_tiers(std::int32_t layer, std::int64_t prompt_len,
                                               const PromptScores& scores) const;
+  // Policies that weigh the layers against each other (XKV) select once every layer's scores are
+  // known: heads holds every head's scores (layer-major, kv-head minor); the default applies
+  // select_prompt_tiers head by head.
+  virtual bool selects_across_layers() const { return false; }
+  virtual std::vector<PromptSelection> select_prompt_all(std::int64_t prompt_len, std::int64_t kv_heads,
+                                                         std::span<const PromptScores> heads) const;
   // Whether decode attention probabilities add to the live tokens' scores (the maximum over the
   // group's query heads, as at prefill).
   virtual bool accumulates_scores() const { return false; }

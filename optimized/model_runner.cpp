@@ -74,8 +74,7 @@ std::vector<float> ModelRunner::prefill(std::int64_t request, std::span<const st
   const std::int64_t group = c.group_size();
   const std::int64_t window = evicting ? policy.observation_window() : 0;
   std::vector<std::vector<float>> layer_keys, layer_values;     // evicting: [layer][T][kv_dim]
-  std::vector<PromptSelection> kept;                            // evicting: [layer * kvh + head]
-  std::vector<std::vector<float>> kept_scores;                  // evicting: [layer * kvh + head][T]
+  std::vector<std::vector<float>> all_scores, window_scores;    // evicting: [layer * kvh + head][T]
   std::vector<float> column_sums, window_sums;
   if (evicting) {
     column_sums.resize(static_cast<std::size_t>(c.num_attention_heads * T));
@@ -129,10 +128,8 @@ std::vector<float> ModelRunner::prefill(std::int64_t request, std::span<const st
       backend_.prefill_attention(in, out);
       if (evicting) {
         for (std::int64_t h = 0; h < kvh; ++h) {
-          std::vector<float> all = head_scores(column_sums, h);
-          const std::vector<float> win = window > 0 ? head_scores(window_sums, h) : std::vector<float>{};
-          kept.push_back(policy.select_prompt_tiers(l, T, PromptScores{all, win, static_cast<std::int32_t>(c.num_hidden_layers)}));
-          kept_scores.push_back(policy.accumulates_scores() ? std::move(all) : std::vector<float>{});
+          all_scores.push_back(head_scores(column_sums, h));
+          window_scores.push_back(window > 0 ? head_scores(window_sums, h) : std::vector<float>{});
         }
         layer_keys.push_back(k);
         layer_values.push_back(v);
@@ -142,7 +139,16 @@ std::vector<float> ModelRunner::prefill(std::int64_t request, std::span<const st
       add_into(x, o);
       mlp(layer, x, T, true);
     }
-    if (evicting) cache_.commit_prompt(request, T, kept, kept_scores, layer_keys, layer_values);
+    if (evicting) {
+      // Every layer's scores are in: the policy selects (per head, or across the layers).
+      std::vector<PromptScores> scores;
+      for (std::size_t i = 0; i < all_scores.size(); ++i) {
+        scores.push_back(PromptScores{all_scores[i], window_scores[i], static_cast<std::int32_t>(c.num_hidden_layers)});
+      }
+      const std::vector<PromptSelection> kept = policy.select_prompt_all(T, kvh, scores);
+      if (!policy.accumulates_scores()) all_scores.assign(all_scores.size(), {});
+      cache_.commit_prompt(request, T, kept, all_scores, layer_keys, layer_values);
+    }
     // Only the rows whose logits are wanted go through the final norm and the head.
     const std::int64_t first = all_logits ? 0 : T - 1;
     const std::int64_t rows = T - first;

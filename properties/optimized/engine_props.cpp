@@ -51,7 +51,8 @@ rc::Gen<Workload> gen_workload(bool evicting = true) {
                                                          "streaming:sinks=2,window=6", "h2o:budget=8,recent=0.25",
                                                          "snapkv:budget=10,window=4,pool=3",
                                                          "pyramidkv:budget=8,ratio=4,window=2,pool=3",
-                                                         "leankv:alpha_h=1,alpha_l=0.3,window=4")
+                                                         "leankv:alpha_h=1,alpha_l=0.3,window=4",
+                                                         "xkv:budget=8,window=2,pool=3")
                         : *rc::gen::element<std::string>("full-fp32", "full-fp16", "int8", "int4");
     // Small pages, so that requests span several pages and awkward token counts per page occur.
     w.page_bytes = *rc::gen::element<std::int64_t>(256, 512, 1024);

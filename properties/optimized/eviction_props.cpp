@@ -55,8 +55,13 @@ struct PolicyCase {
 
 PolicyCase gen_policy() {
   PolicyCase p;
-  p.kind = *rc::gen::element<std::string>("streaming", "h2o", "snapkv", "pyramidkv", "leankv");
-  if (p.kind == "leankv") {
+  p.kind = *rc::gen::element<std::string>("streaming", "h2o", "snapkv", "pyramidkv", "leankv", "xkv");
+  if (p.kind == "xkv") {
+    p.b = *rc::gen::inRange<std::int64_t>(1, 6);
+    p.a = p.b + *rc::gen::inRange<std::int64_t>(1, 10);
+    p.c = *rc::gen::element<std::int64_t>(1, 3, 7);
+    p.spec = fmt::format("xkv:budget={},window={},pool={}", p.a, p.b, p.c);
+  } else if (p.kind == "leankv") {
     p.b = *rc::gen::inRange<std::int64_t>(1, 9);
     p.alpha_h = *rc::gen::element(0.5, 1.0, 2.0);
     p.alpha_l = p.alpha_h * *rc::gen::element(0.02, 0.2, 0.6);
@@ -175,6 +180,7 @@ std::string check_case(const EvictionCase& ec, const PolicyCase& pc, std::unique
   std::map<std::pair<std::int32_t, std::int32_t>, std::vector<LiveToken>> last_live;
   std::map<std::pair<std::int32_t, std::int32_t>, std::int64_t> last_high_pages;
   std::set<std::tuple<std::int32_t, std::int32_t, std::int32_t>> demoted;  // (layer, head, position)
+  std::map<std::pair<std::int32_t, std::int32_t>, std::set<std::int32_t>> xkv_prompt;  // (layer, head)
   std::int64_t checks = 0;
   std::string failure;
   RunnerTrace trace;
@@ -225,6 +231,20 @@ std::string check_case(const EvictionCase& ec, const PolicyCase& pc, std::unique
       for (std::int32_t j = std::max<std::int32_t>(0, p - static_cast<std::int32_t>(pc.b) + 1); j <= p; ++j) {
         if (!held.contains(j)) fail(at + fmt::format(": h2o dropped recent position {}", j));
       }
+    } else if (pc.kind == "xkv") {  // per-layer budgets: checked over the layers at the end
+      std::set<std::int32_t> prompt_part;
+      for (std::int32_t j : held) {
+        if (j < T) prompt_part.insert(j);
+      }
+      for (std::int32_t j = static_cast<std::int32_t>(T); j <= p; ++j) {
+        if (!held.contains(j)) fail(at + fmt::format(": xkv dropped generated position {}", j));
+      }
+      for (std::int32_t j = std::max<std::int32_t>(0, static_cast<std::int32_t>(T - pc.b)); j < T; ++j) {
+        if (!prompt_part.contains(j)) fail(at + fmt::format(": xkv dropped window position {}", j));
+      }
+      auto& seen = xkv_prompt[{s.layer, s.kv_head}];
+      if (!seen.empty() && seen != prompt_part) fail(at + ": xkv changed its prompt tokens during decode");
+      seen = prompt_part;
     } else {  // snapkv, pyramidkv: a prompt budget (per layer for pyramidkv), chosen once
       const std::int64_t budget =
           pc.kind == "snapkv" ? pc.a
@@ -349,6 +369,21 @@ std::string check_case(const EvictionCase& ec, const PolicyCase& pc, std::unique
   go.stop_at_eos = false;
   const EngineGenerateResult r = engine_generate(*e, 0, prompt, go);
   if (!failure.empty()) return failure;
+  if (pc.kind == "xkv" && !xkv_prompt.empty()) {
+    // The heads of a layer keep as many prompt tokens; the layers' budgets sum to the total.
+    const std::int64_t L = config.num_hidden_layers, w = pc.b;
+    std::int64_t sum = 0;
+    for (std::int32_t l = 0; l < L; ++l) {
+      const std::size_t count = xkv_prompt[{l, 0}].size();
+      for (std::int32_t h = 1; h < kvh; ++h) {
+        if (xkv_prompt[{l, h}].size() != count) return fmt::format("{}: layer {} heads keep different counts", pc.spec, l);
+      }
+      sum += static_cast<std::int64_t>(count);
+    }
+    const std::int64_t candidates = std::max<std::int64_t>(0, T - w);
+    const std::int64_t want = L * std::min(T, w) + std::min(L * std::max<std::int64_t>(0, pc.a - w), L * candidates);
+    if (sum != want) return fmt::format("{}: the layers keep {} prompt tokens per head in all, the total is {}", pc.spec, sum, want);
+  }
   if (checks != (static_cast<std::int64_t>(r.generated.size()) - 1) * config.num_hidden_layers * kvh) {
     return fmt::format("{} checks for {} generated tokens", checks, r.generated.size());
   }
