@@ -4,7 +4,10 @@
 #   2. evaluate it: held-out perplexity vs unigram, retrieval exact match by context length, and
 #      the attention-structure report (JSON in $build_dir/reports/eval-embedded.json), and
 #   3. verify the optimized engine (CPU backend) against the reference, full-fp32 and full-fp16
-#      (JSON in $build_dir/reports/verify-*.json).
+#      (JSON in $build_dir/reports/verify-*.json),
+#   4. run the per-step oracle for every registered policy at its defaults (exit 3 on a
+#      violation; JSON in $build_dir/reports/oracle-*.json), and
+#   5. a small accuracy sweep of every policy (JSON in $build_dir/reports/sweep.json).
 # KVCHECK_EVAL_LIMIT (default 48) bounds the evaluation; set it to 0 for the full sets.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,3 +33,9 @@ limit_args=()
 for policy in full-fp32 full-fp16; do
   "$kvcheck" verify --policy "$policy" --prompts 8 --max-new-tokens 64 --json "$build_dir/reports/verify-$policy.json"
 done
+for policy in $("$kvcheck" verify --list-policies); do
+  "$kvcheck" verify --verify-each-step --policy "$policy" --prompts 4 --prompt-tokens 96 --max-new-tokens 64 \
+    --json "$build_dir/reports/oracle-$policy.json" | tail -n 1
+done
+"$kvcheck" verify --sweep --prompts 4 --prompt-tokens 96 --max-new-tokens 64 --sweep-budgets 32,64 \
+  --sweep-retrieval 24 --json "$build_dir/reports/sweep.json"

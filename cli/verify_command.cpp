@@ -61,6 +61,7 @@ void add_verify(CLI::App& app, VerifyArgs& args) {
                 "At every decode step, layer and kv head, check the engine's attention against exact attention over "
                 "the tokens the policy holds and against the error bound around full attention (exit 3 on a "
                 "violation)");
+  cmd->add_flag("--list-policies", args.list_policies, "Print the registered policy names, one per line, and exit");
   cmd->add_flag("--sweep", args.sweep,
                 "Accuracy sweep: every policy (each evicting one at every --sweep-budgets value) on held-out text "
                 "(--prompts x --prompt-tokens + --max-new-tokens fed) and retrieval items: KV bytes vs full-fp16, KL "
@@ -77,6 +78,10 @@ void add_verify(CLI::App& app, VerifyArgs& args) {
 }
 
 int run_verify(const VerifyArgs& args) {
+  if (args.list_policies) {
+    for (const std::string& name : policy_names()) fmt::print("{}\n", name);
+    return 0;
+  }
   if (args.sweep) {
     if (args.verify_each_step) throw input_error("--sweep", "flags", "--verify-each-step runs without --sweep");
     return run_verify_sweep(args);
