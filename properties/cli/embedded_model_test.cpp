@@ -3,10 +3,10 @@
 // below the unigram perplexity of the same tokens (a model that has learnt English, and a forward
 // pass that still computes what it was trained to compute). Three documents keep it fast.
 //
-// Retrieval: the committed checkpoint copies a passkey from far back in its context (the first
-// retrieval skill it learnt; key-value and needle retrieval are still weak, see datasets/README.md).
-// A regression guard on a stratified subset (every task x length group): passkey exact match at
-// least 80%. Raise it as the model improves, never lower it without saying why.
+// Retrieval: the committed checkpoint retrieves pass keys, needles and key-value pairs from far
+// back in its context (94% of the committed set, see datasets/README.md). A regression guard on a
+// stratified subset (every task x length group): each task, and the 512-token bucket, at least
+// 75% exact match. Raise it as the model improves, never lower it without saying why.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -30,17 +30,22 @@ TEST(EmbeddedModel, PerplexityFiveTimesBelowUnigram) {
   EXPECT_GT(ppl, 1.0);
 }
 
-TEST(EmbeddedModel, RetrievesPasskeysFromFarBack) {
+TEST(EmbeddedModel, RetrievesFarBackTokensInEveryTask) {
   testing::TempDir dir;
   const auto out = dir / "eval.json";
-  // 36 items: 3 of each (task, length bucket) group, lengths 128 .. 512.
+  // 36 items: 3 of each (task, length bucket) group, lengths 128 .. 512. The committed model
+  // answers 35 of them; the bars leave room for one or two items to flip with a retrained model.
   const testing::CliRun run =
       testing::run_kvcheck("eval --quiet --task retrieval --limit 36 --json " + testing::shell_quote(out));
   ASSERT_EQ(run.code, 0) << run.output;
   const auto r = nlohmann::json::parse(testing::read_file(out));
-  const auto& passkey = r.at("retrieval").at("by_task").at("passkey");
-  EXPECT_EQ(passkey.at("total").get<int>(), 12);
-  EXPECT_GE(passkey.at("accuracy").get<double>(), 0.8) << r.at("retrieval").at("by_task").dump();
+  const auto& by_task = r.at("retrieval").at("by_task");
+  for (const char* task : {"passkey", "needle", "kv"}) {
+    EXPECT_EQ(by_task.at(task).at("total").get<int>(), 12) << task;
+    EXPECT_GE(by_task.at(task).at("accuracy").get<double>(), 0.75) << task << ": " << by_task.dump();
+  }
+  EXPECT_GE(r.at("retrieval").at("by_length").at("512").at("accuracy").get<double>(), 0.75)
+      << r.at("retrieval").at("by_length").dump();
 }
 
 }  // namespace
