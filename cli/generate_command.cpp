@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 
 #include "cli/commands.h"
+#include "cli/engine_options.h"
 #include "optimized/engine.h"
 #include "reference/errors.h"
 #include "reference/generate.h"
@@ -102,14 +103,7 @@ int run_generate(const GenerateArgs& args) {
   GenerateResult result;
   if (args.engine == "optimized") {
     if (args.decode_path != "cache") throw input_error("--decode-path", "value", "only the reference has a recompute path");
-    EngineOptions eo;
-    eo.device = args.device;
-    eo.policy = args.policy;
-    eo.pages = args.kv_pages;
-    eo.page_bytes = args.page_bytes;
-    eo.threads = args.threads;
-    eo.batch_hint = 1;
-    std::unique_ptr<Engine> engine = make_engine(model, eo);
+    std::unique_ptr<Engine> engine = make_engine(model, single_request_engine_options(args, args.policy));
     EngineGenerateOptions go;
     go.max_new_tokens = args.max_new_tokens;
     go.stop_at_eos = !args.ignore_eos;

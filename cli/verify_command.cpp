@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/engine_options.h"
 #include "cli/json_file.h"
 #include "cli/verify_prompts.h"
 #include "cli/verify_step_oracle.h"
@@ -90,14 +91,7 @@ int run_verify(const VerifyArgs& args) {
       args.model.empty() ? datasets_dir() / "models" / "kvcheck-tiny" : std::filesystem::path(args.model);
   const ReferenceModel model = ReferenceModel::load(dir);
   const ModelConfig& c = model.config();
-  EngineOptions eo;
-  eo.device = args.device;
-  eo.policy = args.policy;
-  eo.pages = args.kv_pages;
-  eo.page_bytes = args.page_bytes;
-  eo.threads = args.threads;
-  eo.batch_hint = 1;
-  std::unique_ptr<Engine> engine = make_engine(model, eo);
+  std::unique_ptr<Engine> engine = make_engine(model, single_request_engine_options(args, args.policy));
   std::string origin;
   const std::vector<Prompt> prompts = make_prompts(args, dir, c, origin);
   const auto V = static_cast<std::size_t>(c.vocab_size);

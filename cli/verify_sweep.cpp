@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/engine_options.h"
 #include "cli/json_file.h"
 #include "cli/verify_prompts.h"
 #include "oracles/accuracy_metrics.h"
@@ -131,13 +132,7 @@ int run_verify_sweep(const VerifyArgs& args) {
   const double fp16_bytes_per_token = tier_bytes_per_token({fp16_format(), fp16_format()}, c.head_dim);
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& [spec, budget] : configs) {
-    EngineOptions eo;
-    eo.policy = spec;
-    eo.threads = args.threads;
-    eo.batch_hint = 1;
-    eo.pages = args.kv_pages;
-    eo.page_bytes = args.page_bytes;
-    std::unique_ptr<Engine> engine = make_engine(model, eo);
+    std::unique_ptr<Engine> engine = make_engine(model, single_request_engine_options(args, spec));
     // Bytes held at each head's latest decode step.
     std::map<std::pair<std::int32_t, std::int32_t>, double> head_bytes;
     std::vector<LiveToken> live;
