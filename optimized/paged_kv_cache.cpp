@@ -105,19 +105,17 @@ std::vector<KvTier> two_tiers(std::vector<KvTier> tiers) {
 }  // namespace
 
 PagedKvCache::PagedKvCache(const ModelConfig& model, const KvPolicy& policy, PagedKvCacheConfig config)
-    : model_(model), policy_(policy), tiers_(two_tiers(policy.tiers())),
+    : model_(model), policy_(policy), uses_low_tier_(policy.tiers().size() > 1), tiers_(two_tiers(policy.tiers())),
       manager_(manager_config(model, tiers_, config)) {
   for (const KvTier& t : tiers_) tier_reads_.push_back(make_tier_read(t, model.head_dim, config.page_bytes));
 }
-
-bool PagedKvCache::has_two_tiers() const { return kv_tier_name(tiers_[kHighTier]) != kv_tier_name(tiers_[kLowTier]); }
 
 std::int64_t PagedKvCache::pages_for(std::int64_t tokens) const {
   // A tier gets a new page only when its pages are full, so it never holds more than
   // ceil(peak live tokens / tokens per page) pages, and a head never holds more than `tokens`.
   std::int64_t per_head = 0;
   for (int tier : {kHighTier, kLowTier}) {
-    if (tier == kLowTier && !has_two_tiers()) break;
+    if (tier == kLowTier && !uses_low_tier_) break;
     const std::int64_t tpp = manager_.pool().tokens_per_page(tier);
     per_head += (tokens + tpp - 1) / tpp;
   }
@@ -128,7 +126,7 @@ std::int64_t PagedKvCache::prompt_pages(std::int64_t tokens) const {
   // The prompt phase allocates every token at high, then keeps ceil(high / a) + ceil(low / b)
   // pages: at most one page per head more than that first round (b >= a).
   const std::int64_t tpp = manager_.pool().tokens_per_page(kHighTier);
-  return ((tokens + tpp - 1) / tpp + (has_two_tiers() ? 1 : 0)) * model_.num_hidden_layers * model_.num_key_value_heads;
+  return ((tokens + tpp - 1) / tpp + (uses_low_tier_ ? 1 : 0)) * model_.num_hidden_layers * model_.num_key_value_heads;
 }
 
 void PagedKvCache::encode(std::int64_t request, std::int32_t layer, std::int32_t head, std::int32_t position, int tier_index,

@@ -110,7 +110,6 @@ class PagedKvCache {
   std::int64_t bytes_held(std::int64_t request) const;
 
  private:
-  bool has_two_tiers() const;
   void encode(std::int64_t request, std::int32_t layer, std::int32_t head, std::int32_t position, int tier,
               std::span<const float> key, std::span<const float> value, PagePool::SlotCodes& codes) const;
   void store(std::int64_t request, std::int32_t layer, std::int32_t head, const SlotRef& slot,
@@ -118,6 +117,9 @@ class PagedKvCache {
 
   ModelConfig model_;
   const KvPolicy& policy_;
+  // The policy declares two tiers, so a head may hold pages of both (even when the two formats
+  // are the same); a one-tier policy's low side stays empty.
+  bool uses_low_tier_;
   std::vector<KvTier> tiers_;
   std::vector<TierRead> tier_reads_;
   UnifiedPageManager manager_;
