@@ -51,9 +51,9 @@ struct VerifyArgs {
   bool verify_each_step = false;  // the per-step oracle (exit 3 on a violation)
   bool sweep = false;              // every policy x budget: bytes, KL, top-1, perplexity, retrieval
   bool list_policies = false;      // print the registered policy names, one per line, and exit
-  std::string sweep_policies;      // comma-separated names (empty: every registered policy)
-  std::string sweep_specs;         // semicolon-separated full specs added as rows
-  std::string sweep_budgets = "32,64,96,128";
+  std::vector<std::string> sweep_policies;  // names (empty: every registered policy)
+  std::vector<std::string> sweep_specs;     // full specs added as rows
+  std::vector<std::int64_t> sweep_budgets{32, 64, 96, 128};
   std::int64_t sweep_retrieval = 60;
   std::string json;
 };

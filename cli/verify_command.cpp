@@ -67,11 +67,15 @@ void add_verify(CLI::App& app, VerifyArgs& args) {
                 "Accuracy sweep: every policy (each evicting one at every --sweep-budgets value) on held-out text "
                 "(--prompts x --prompt-tokens + --max-new-tokens fed) and retrieval items: KV bytes vs full-fp16, KL "
                 "mean +- s.e., top-1, perplexity, retrieval accuracy");
-  cmd->add_option("--sweep-policies", args.sweep_policies, "--sweep: comma-separated policy names (default: all)");
+  cmd->add_option("--sweep-policies", args.sweep_policies, "--sweep: comma-separated policy names (default: all)")
+      ->delimiter(',');
   cmd->add_option("--sweep-specs", args.sweep_specs,
-                  "--sweep: more rows, full policy specs separated by ';' (e.g. 'kv-bits:k=4,v=8;leankv:high_k=4,high_v=8')");
+                  "--sweep: more rows, full policy specs separated by ';' (e.g. 'kv-bits:k=4,v=8;leankv:high_k=4,high_v=8')")
+      ->delimiter(';');
   cmd->add_option("--sweep-budgets", args.sweep_budgets, "--sweep: tokens per head, comma-separated")
-      ->capture_default_str();
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--sweep-retrieval", args.sweep_retrieval, "--sweep: retrieval items (0: none)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);

@@ -46,17 +46,6 @@ struct RetrievalCase {
   std::vector<std::int32_t> prompt, answer;
 };
 
-std::vector<std::string> split_list(const std::string& s, char separator = ',') {
-  std::vector<std::string> out;
-  std::size_t at = 0;
-  while (at <= s.size()) {
-    const std::size_t end = std::min(s.find(separator, at), s.size());
-    if (end > at) out.push_back(s.substr(at, end - at));
-    at = end + 1;
-  }
-  return out;
-}
-
 }  // namespace
 
 int run_verify_sweep(const VerifyArgs& args) {
@@ -65,6 +54,22 @@ int run_verify_sweep(const VerifyArgs& args) {
   const ReferenceModel model = ReferenceModel::load(dir);
   const ModelConfig& c = model.config();
   const auto V = static_cast<std::size_t>(c.vocab_size);
+  // The configurations, checked (InputError naming an unknown policy or a bad spec) before any work.
+  std::vector<std::pair<std::string, std::int64_t>> configs;  // spec, budget (0: none)
+  const std::vector<std::int64_t>& budgets = args.sweep_budgets;
+  const std::vector<std::string> names = args.sweep_policies.empty() ? policy_names() : args.sweep_policies;
+  for (const std::string& name : names) {
+    if (!policy_spec_at_budget(name, 1)) {
+      configs.emplace_back(name, 0);
+      continue;
+    }
+    for (std::int64_t b : budgets) configs.emplace_back(*policy_spec_at_budget(name, b), b);
+  }
+  for (const std::string& spec : args.sweep_specs) {
+    make_policy(spec);  // InputError naming a bad spec before anything runs
+    configs.emplace_back(spec, 0);
+  }
+
   VerifyArgs text_args = args;
   text_args.feed = "text";
   std::string origin;
@@ -99,30 +104,6 @@ int run_verify_sweep(const VerifyArgs& args) {
       }
       retrieval.push_back(std::move(rc));
     }
-  }
-
-  // The configurations.
-  std::vector<std::pair<std::string, std::int64_t>> configs;  // spec, budget (0: none)
-  std::vector<std::int64_t> budgets;
-  for (const std::string& b : split_list(args.sweep_budgets)) {
-    try {
-      budgets.push_back(std::stoll(b));
-    } catch (const std::exception&) {
-      throw input_error("--sweep-budgets", b, "is not an integer");
-    }
-    if (budgets.back() < 1) throw input_error("--sweep-budgets", b, "must be at least 1");
-  }
-  const std::vector<std::string> names = args.sweep_policies.empty() ? policy_names() : split_list(args.sweep_policies);
-  for (const std::string& name : names) {
-    if (!policy_spec_at_budget(name, 1)) {
-      configs.emplace_back(name, 0);
-      continue;
-    }
-    for (std::int64_t b : budgets) configs.emplace_back(*policy_spec_at_budget(name, b), b);
-  }
-  for (const std::string& spec : split_list(args.sweep_specs, ';')) {
-    make_policy(spec);  // InputError naming a bad spec before anything runs
-    configs.emplace_back(spec, 0);
   }
 
   fmt::print("verify --sweep: {} configurations; {} prompts x ({} + {}) tokens of {}; {} retrieval items\n",
