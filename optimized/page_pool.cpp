@@ -33,12 +33,19 @@ PagePool::PagePool(PagePoolConfig config) : config_(std::move(config)) {
     const std::string where = fmt::format("page pool: tier {} ({})", t, kv_tier_name(tier));
     const FormatBytes k = format_bytes(tier.key, config_.head_dim);
     const FormatBytes v = format_bytes(tier.value, config_.head_dim);
-    if (k.tokens_per_unit != 1 || v.tokens_per_unit != 1 || k.meta_bytes_per_page != 0 || v.meta_bytes_per_page != 0) {
-      throw input_error(where, "format", "unified pages need per-token metadata (slots move between pages)");
+    if (v.tokens_per_unit != 1) {
+      throw input_error(where, "value format", "per-channel groups are for keys only (values are read per token)");
     }
     layouts_.push_back(page_layout(tier, config_.head_dim, config_.page_bytes));
-    slot_sizes_.push_back({k.code_bytes_per_token, k.meta_bytes_per_unit, v.code_bytes_per_token, v.meta_bytes_per_unit,
-                           key_code_tiling(tier.key, config_.head_dim), value_code_tiling(tier.value, config_.head_dim)});
+    auto place = [](const FormatBytes& b) {
+      return b.meta_bytes_per_page > 0 ? MetaPlace::kPage : b.tokens_per_unit > 1 ? MetaPlace::kGroup : MetaPlace::kSlot;
+    };
+    auto slot_meta = [](const FormatBytes& b) {
+      return b.meta_bytes_per_page > 0 ? b.meta_bytes_per_page : b.tokens_per_unit > 1 ? 0 : b.meta_bytes_per_unit;
+    };
+    slot_sizes_.push_back({k.code_bytes_per_token, slot_meta(k), v.code_bytes_per_token, slot_meta(v),
+                           key_code_tiling(tier.key, config_.head_dim), value_code_tiling(tier.value, config_.head_dim),
+                           place(k), place(v), k.meta_bytes_per_unit, k.tokens_per_unit});
     if (t > 0 && layouts_[t].tokens < layouts_[t - 1].tokens) {
       throw input_error(where, "tokens per page", "{} is fewer than tier {}'s {} (a lower tier must hold more)",
                         layouts_[t].tokens, t - 1, layouts_[t - 1].tokens);
@@ -108,8 +115,12 @@ std::int64_t PagePool::segment_offset(int tier, std::int64_t slot, Segment segme
   const PageLayout& l = layout(tier);
   const SlotSizes& s = slot_sizes_[static_cast<std::size_t>(tier)];
   switch (segment) {
-    case Segment::kKeyMeta: *size = s.key_meta; return l.key_meta.offset + slot * s.key_meta;
-    case Segment::kValueMeta: *size = s.value_meta; return l.value_meta.offset + slot * s.value_meta;
+    case Segment::kKeyMeta:
+      *size = s.key_meta;
+      return l.key_meta.offset + (s.key_place == MetaPlace::kSlot ? slot * s.key_meta : 0);
+    case Segment::kValueMeta:
+      *size = s.value_meta;
+      return l.value_meta.offset + (s.value_place == MetaPlace::kSlot ? slot * s.value_meta : 0);
     case Segment::kScore: *size = kScoreBytes; return l.scores.offset + slot * kScoreBytes;
     case Segment::kPosition: *size = kPositionBytes; return l.positions.offset + slot * kPositionBytes;
   }
@@ -213,11 +224,19 @@ void PagePool::kill(PageId id, std::int64_t slot) {
   const auto s = static_cast<std::size_t>(slot);
   mask(id)[s / kMaskBits] &= ~(std::uint64_t{1} << (s % kMaskBits));
   if (!config_.backing || !config_.poison) return;
-  SlotCodes poison = empty_codes(owner(id).tier);
-  for (auto* v : {&poison.key, &poison.key_meta, &poison.value, &poison.value_meta}) {
-    std::ranges::fill(*v, std::to_integer<std::uint8_t>(kPoison));
-  }
-  store_codes(id, slot, poison);
+  const int tier = owner(id).tier;
+  const SlotSizes& sizes = slot_sizes_[static_cast<std::size_t>(tier)];
+  const PageLayout& l = layout(tier);
+  SlotCodes poison = empty_codes(tier);
+  for (auto* v : {&poison.key, &poison.value}) std::ranges::fill(*v, std::to_integer<std::uint8_t>(kPoison));
+  auto* page = reinterpret_cast<std::uint8_t*>(bytes(id).data());
+  store_key_row({page + l.key_codes.offset, static_cast<std::size_t>(l.key_codes.bytes)}, sizes.key_tiling, l.tokens,
+                slot, poison.key);
+  store_value_row({page + l.value_codes.offset, static_cast<std::size_t>(l.value_codes.bytes)}, sizes.value_tiling,
+                  l.tokens, slot, poison.value);
+  // A page's scale (FP8) and a channel group's metadata (KIVI keys) serve the other slots too.
+  if (sizes.key_place == MetaPlace::kSlot) std::ranges::fill(slot_bytes(id, slot, Segment::kKeyMeta), kPoison);
+  if (sizes.value_place == MetaPlace::kSlot) std::ranges::fill(slot_bytes(id, slot, Segment::kValueMeta), kPoison);
   for (Segment g : {Segment::kScore, Segment::kPosition}) std::ranges::fill(slot_bytes(id, slot, g), kPoison);
 }
 
@@ -225,6 +244,10 @@ void PagePool::move(PageId from, std::int64_t from_slot, PageId to, std::int64_t
   check_slot(from, from_slot);
   check_slot(to, to_slot);
   if (owner(from).tier != owner(to).tier) throw std::logic_error("page pool: move between tiers");
+  if (slot_sizes_[static_cast<std::size_t>(owner(from).tier)].key_place == MetaPlace::kGroup) {
+    throw std::logic_error(fmt::format("page pool: a slot of a per-channel key tier cannot move (its group's "
+                                       "metadata stays behind): page {} slot {}", from, from_slot));
+  }
   const auto s = static_cast<std::size_t>(to_slot);
   mask(to)[s / kMaskBits] |= std::uint64_t{1} << (s % kMaskBits);
   if (config_.backing) {
@@ -235,6 +258,38 @@ void PagePool::move(PageId from, std::int64_t from_slot, PageId to, std::int64_t
     }
   }
   kill(from, from_slot);
+}
+
+std::int64_t PagePool::key_group_tokens(int tier) const {
+  return slot_sizes_[static_cast<std::size_t>(tier)].key_group_tokens;
+}
+
+void PagePool::store_key_group_meta(PageId id, std::int64_t first_slot, std::span<const std::uint8_t> meta) {
+  check_slot(id, first_slot);
+  require_backing("store_key_group_meta");
+  const int tier = owner(id).tier;
+  const SlotSizes& s = slot_sizes_[static_cast<std::size_t>(tier)];
+  if (s.key_place != MetaPlace::kGroup || first_slot % s.key_group_tokens != 0 ||
+      static_cast<std::int64_t>(meta.size()) != s.key_group_meta) {
+    throw std::logic_error(fmt::format("page pool: group metadata of {} bytes at slot {} of page {} (tier {}: {} "
+                                       "bytes per group of {} slots, per-channel keys only)", meta.size(), first_slot,
+                                       id, tier, s.key_group_meta, s.key_group_tokens));
+  }
+  const std::int64_t at = layout(tier).key_meta.offset + first_slot / s.key_group_tokens * s.key_group_meta;
+  std::memcpy(bytes(id).data() + at, meta.data(), meta.size());
+}
+
+std::vector<std::uint8_t> PagePool::load_key_group_meta(PageId id, std::int64_t first_slot) const {
+  check_slot(id, first_slot);
+  require_backing("load_key_group_meta");
+  const int tier = owner(id).tier;
+  const SlotSizes& s = slot_sizes_[static_cast<std::size_t>(tier)];
+  if (s.key_place != MetaPlace::kGroup || first_slot % s.key_group_tokens != 0) {
+    throw std::logic_error(fmt::format("page pool: no group metadata at slot {} of page {}", first_slot, id));
+  }
+  const std::int64_t at = layout(tier).key_meta.offset + first_slot / s.key_group_tokens * s.key_group_meta;
+  const auto* b = reinterpret_cast<const std::uint8_t*>(bytes(id).data()) + at;
+  return {b, b + s.key_group_meta};
 }
 
 TokenPayload PagePool::payload(PageId id, std::int64_t slot) const {

@@ -5,8 +5,10 @@
 // every segment. A per-page bitset marks the live slots.
 //
 // Tiers are indexed: tier 0 high, tier 1 low (LeanKV's K8V4 / K4V2 per-token INT by default).
-// Slots move between pages (compaction) byte for byte, so only formats whose metadata is per
-// token are accepted (per-token INT, fp16, fp32; not per-channel groups or FP8's per-page scale).
+// Slots move between pages (compaction) byte for byte with their per-slot metadata (per-token and
+// per-token-group INT). FP8's fp32 scale is the head's, one copy per page: a slot's SlotCodes
+// carry it and storing a slot rewrites it. Per-channel keys (KIVI) keep one metadata block per
+// group of G slots, written by store_key_group_meta; such slots never move (move throws).
 //
 // Poison (for tests): free pages and dead slots are filled with 0xFF bytes: NaN in the fp32 score
 // segment, -1 in the int32 position segment. A live slot whose payload reads back intact was
@@ -54,8 +56,8 @@ struct PagePoolConfig {
 
 class PagePool {
  public:
-  // InputError for a bad config (no pages, a tier that fits no token, a format without per-token
-  // metadata, fewer tokens per low page than per high page).
+  // InputError for a bad config (no pages, a tier that fits no token, per-channel values, fewer
+  // tokens per low page than per high page).
   explicit PagePool(PagePoolConfig config);
 
   const PagePoolConfig& config() const { return config_; }
@@ -90,7 +92,8 @@ class PagePool {
 
   // A slot's key and value code rows (the quantizer's [head_dim / codes_per_byte] bytes, or the
   // fp16/fp32 elements), stored in and read from the tiled layouts of kernels/cpu/page_codes.h, and
-  // its key and value metadata (fp16 scale and zero of the per-token formats).
+  // its key and value metadata (fp16 scale and zero pairs of the per-token formats; FP8's fp32 page
+  // scale; nothing for per-channel keys).
   struct SlotCodes {
     std::vector<std::uint8_t> key, key_meta, value, value_meta;
     bool operator==(const SlotCodes&) const = default;
@@ -99,15 +102,24 @@ class PagePool {
   SlotCodes load_codes(PageId id, std::int64_t slot) const;
   // Row sizes of a tier, for callers that fill SlotCodes.
   SlotCodes empty_codes(int tier) const;
+  // Per-channel key tiers: G (slots per metadata group; 1 for the other formats), and the
+  // [head_dim] (scale, zero) fp16 pairs of the group that starts at first_slot (a multiple of G).
+  std::int64_t key_group_tokens(int tier) const;
+  void store_key_group_meta(PageId id, std::int64_t first_slot, std::span<const std::uint8_t> meta);
+  std::vector<std::uint8_t> load_key_group_meta(PageId id, std::int64_t first_slot) const;
 
   // The bytes of a page.
   std::span<std::byte> bytes(PageId id);
   std::span<const std::byte> bytes(PageId id) const;
 
  private:
+  // Where a part's metadata lives: per slot, once per page (FP8), per group of slots (KIVI keys).
+  enum class MetaPlace { kSlot, kPage, kGroup };
   struct SlotSizes {
-    std::int64_t key_codes, key_meta, value_codes, value_meta;
+    std::int64_t key_codes, key_meta, value_codes, value_meta;  // *_meta: the bytes a SlotCodes carries
     CodeTiling key_tiling, value_tiling;
+    MetaPlace key_place, value_place;
+    std::int64_t key_group_meta, key_group_tokens;
   };
   // The per-slot contiguous segments (metadata, score, position); codes are tiled.
   enum class Segment { kKeyMeta, kValueMeta, kScore, kPosition };

@@ -33,22 +33,25 @@ constexpr std::int64_t kMaskBits = 64;
 
 bool is_page_int_bits(int bits) { return bits == 8 || bits == 4 || bits == 2; }
 
-// The formats a unified page holds and this kernel reads: per-token metadata only (the page pool
-// moves slots byte for byte), and no FP8 (its scale is per page).
-bool readable_in_pages(const KvFormat& f) {
+// The formats a unified page holds and this kernel reads: fp32, fp16, FP8 E4M3 (one fp32 scale
+// per page, the head's), and INT 8 / 4 / 2 with per-token metadata, per-token channel groups, or
+// (keys only) per-channel metadata over groups of G slots (KIVI): slot s of a page is in group
+// s / G, whose metadata is [head_dim] (scale, zero) pairs.
+bool readable_in_pages(const KvFormat& f, bool key) {
   switch (f.dtype) {
     case KvDType::kFp32:
-    case KvDType::kFp16: return true;
-    case KvDType::kInt: return f.spec.granularity == Granularity::kPerToken && is_page_int_bits(f.spec.bits);
-    case KvDType::kFp8E4M3: return false;
+    case KvDType::kFp16:
+    case KvDType::kFp8E4M3: return true;
+    case KvDType::kInt:
+      return is_page_int_bits(f.spec.bits) && (f.spec.granularity != Granularity::kPerChannel || key);
   }
   return false;
 }
 
-void check_page_format(const KvFormat& f, const std::string& where, const char* field) {
-  if (!readable_in_pages(f)) {
-    throw input_error(where, field, "{} is not a format the decode kernel reads from pages (fp32, fp16, "
-                      "per-token int8 / int4 / int2)", kv_format_name(f));
+void check_page_format(const KvFormat& f, bool key, const std::string& where, const char* field) {
+  if (!readable_in_pages(f, key)) {
+    throw input_error(where, field, "{} is not a format the decode kernel reads from pages (fp32, fp16, fp8-e4m3, "
+                      "int8 / int4 / int2 per token or per token group, per channel for keys)", kv_format_name(f));
   }
 }
 
@@ -57,24 +60,28 @@ bool same_tiling(const CodeTiling& a, const CodeTiling& b) {
 }
 
 std::int64_t row_bytes(const CodeTiling& t) { return t.row_units * t.unit_bytes; }
-std::int64_t meta_bytes(const KvFormat& f) { return f.dtype == KvDType::kInt ? kTokenMetaBytes : 0; }
+std::int64_t meta_segment_bytes(const KvFormat& f, std::int64_t head_dim, std::int64_t tokens) {
+  const FormatBytes b = format_bytes(f, head_dim);
+  return b.meta_bytes(tokens) + b.meta_bytes_per_page;
+}
 
 // A TierRead made for another head_dim (or by hand, inconsistently) would read the wrong bytes
 // silently: its tilings and segment sizes must be the ones this head_dim gives.
 void check_tier(const TierRead& t, std::size_t index, std::int64_t head_dim) {
-  const bool formats_ok = readable_in_pages(t.tier.key) && readable_in_pages(t.tier.value);
+  const bool formats_ok = readable_in_pages(t.tier.key, true) && readable_in_pages(t.tier.value, false);
   const bool tilings_ok = formats_ok && same_tiling(t.key_tiling, key_code_tiling(t.tier.key, head_dim)) &&
                           same_tiling(t.value_tiling, value_code_tiling(t.tier.value, head_dim));
   const PageLayout& l = t.layout;
   const bool layout_ok = tilings_ok && l.tokens > 0 && l.tokens % t.value_tiling.vec == 0 &&
+                         l.tokens % t.tier.key.spec.token_group() == 0 &&
                          l.key_codes.bytes == l.tokens * row_bytes(t.key_tiling) &&
                          l.value_codes.bytes == l.tokens * row_bytes(t.value_tiling) &&
-                         l.key_meta.bytes == l.tokens * meta_bytes(t.tier.key) &&
-                         l.value_meta.bytes == l.tokens * meta_bytes(t.tier.value);
+                         l.key_meta.bytes == meta_segment_bytes(t.tier.key, head_dim, l.tokens) &&
+                         l.value_meta.bytes == meta_segment_bytes(t.tier.value, head_dim, l.tokens);
   if (layout_ok) return;  // every head of every step: no message formatted
   const std::string where = fmt::format("{}: tiers[{}] ({})", kWhere, index, kv_tier_name(t.tier));
-  check_page_format(t.tier.key, where, "key format");
-  check_page_format(t.tier.value, where, "value format");
+  check_page_format(t.tier.key, true, where, "key format");
+  check_page_format(t.tier.value, false, where, "value format");
   if (!tilings_ok) {
     throw input_error(where, "tilings", "are not the key / value code tilings of head_dim {}", head_dim);
   }
@@ -183,6 +190,8 @@ void decode_units(const std::uint8_t* src, std::int64_t units, std::int64_t stri
       std::uint16_t h;
       std::memcpy(&h, unit, sizeof h);  // a plain load once compiled; no aliasing question
       x[i] = f16_to_float_select(h);
+    } else if constexpr (kType == KvDType::kFp8E4M3) {
+      x[i] = quant::e4m3_to_float(*unit);  // the code's value; the page scale is applied after
     } else {
       constexpr int kPerByte = 8 / kBits;
       constexpr unsigned kMask = (1U << kBits) - 1U;
@@ -204,7 +213,7 @@ void decode_units(const KvFormat& f, const std::uint8_t* src, std::int64_t units
         case 4: decode_units<KvDType::kInt, 4, kContiguous ? 1 : 0>(src, units, stride, x); return;
         default: decode_units<KvDType::kInt, 2, kContiguous ? 1 : 0>(src, units, stride, x); return;
       }
-    case KvDType::kFp8E4M3: break;  // rejected by validate()
+    case KvDType::kFp8E4M3: decode_units<KvDType::kFp8E4M3, 0, kContiguous ? 1 : 0>(src, units, stride, x); return;
   }
 }
 
@@ -245,6 +254,50 @@ TokenMeta read_meta(const std::uint8_t* page, const PageSegment& segment, std::i
   std::uint16_t pair[2];
   std::memcpy(pair, page + segment.offset + slot * kTokenMetaBytes, sizeof pair);
   return {f16_to_float(pair[0]), f16_to_float(pair[1])};
+}
+
+// Per-token INT keys take the fused dot (s Σ q_c code_c + z Σ q_c); every other stored format is
+// turned into its values first (in place, over the decoded codes) and dotted plainly.
+bool fused_key(const KvFormat& f) { return f.dtype == KvDType::kInt && f.spec.granularity == Granularity::kPerToken; }
+
+// x holds the decoded codes of `slot` (decode_units: INT codes, or E4M3 values); makes them the
+// stored values: fl(code * s + z) with the metadata of the slot's token, its channel group, or its
+// token group's channel (kernels/cpu/quantize.h's dequantize); the E4M3 value times the page's
+// fp32 scale (dequantize_fp8_e4m3). fp32 / fp16 rows are already values.
+void dequantize_row(const KvFormat& f, const std::uint8_t* page, const PageSegment& meta, std::int64_t slot,
+                    std::int64_t d, float* x) {
+  if (f.dtype == KvDType::kFp8E4M3) {
+    float scale = 0.0f;
+    std::memcpy(&scale, page + meta.offset, sizeof scale);
+    for (std::int64_t c = 0; c < d; ++c) x[c] = quant::mul_rn(x[c], scale);
+    return;
+  }
+  if (f.dtype != KvDType::kInt) return;
+  const QuantSpec& spec = f.spec;
+  switch (spec.granularity) {
+    case Granularity::kPerToken: {
+      const TokenMeta m = read_meta(page, meta, slot);
+      for (std::int64_t c = 0; c < d; ++c) x[c] = quant::dequantize_value(static_cast<std::uint32_t>(x[c]), m.scale, m.zero);
+      return;
+    }
+    case Granularity::kPerTokenGroup: {
+      const std::int64_t groups = d / spec.group;
+      const std::uint8_t* pairs = page + meta.offset + slot * groups * kTokenMetaBytes;
+      for (std::int64_t c = 0; c < d; ++c) {
+        const TokenMeta m = read_meta(pairs, PageSegment{0, 0}, c / spec.group);
+        x[c] = quant::dequantize_value(static_cast<std::uint32_t>(x[c]), m.scale, m.zero);
+      }
+      return;
+    }
+    case Granularity::kPerChannel: {
+      const std::uint8_t* pairs = page + meta.offset + (slot / spec.group) * d * kTokenMetaBytes;
+      for (std::int64_t c = 0; c < d; ++c) {
+        const TokenMeta m = read_meta(pairs, PageSegment{0, 0}, c);
+        x[c] = quant::dequantize_value(static_cast<std::uint32_t>(x[c]), m.scale, m.zero);
+      }
+      return;
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -312,11 +365,12 @@ void key_walk(const DecodeHeadInput& in, Scratch& s, std::int64_t slots) {
   for (const PageRead& page : in.pages) {
     const TierRead& t = in.tiers[static_cast<std::size_t>(page.tier)];
     const auto* bytes = reinterpret_cast<const std::uint8_t*>(page.bytes);
-    const bool quantized = t.tier.key.dtype == KvDType::kInt;
+    const bool quantized = fused_key(t.tier.key);
     const std::int64_t n = t.layout.tokens;
     for (std::int64_t slot = 0; slot < n; ++slot) {
       if (!slot_live(page.live, slot)) continue;  // poison: never read
       decode_key_row(t.tier.key, t.key_tiling, bytes + t.layout.key_codes.offset, n, slot, s.x.data());
+      if (!quantized) dequantize_row(t.tier.key, bytes, t.layout.key_meta, slot, in.head_dim, s.x.data());
       const TokenMeta meta = quantized ? read_meta(bytes, t.layout.key_meta, slot) : TokenMeta{};
       slot_logits(in, s, slots, j + slot, quantized, meta);
     }
@@ -333,7 +387,6 @@ void value_walk(const DecodeHeadInput& in, Scratch& s, std::int64_t slots, float
   for (const PageRead& page : in.pages) {
     const TierRead& t = in.tiers[static_cast<std::size_t>(page.tier)];
     const auto* bytes = reinterpret_cast<const std::uint8_t*>(page.bytes);
-    const bool quantized = t.tier.value.dtype == KvDType::kInt;
     const std::int64_t n = t.layout.tokens;
     for (std::int64_t slot = 0; slot < n; ++slot) {
       if (!slot_live(page.live, slot)) {
@@ -341,11 +394,7 @@ void value_walk(const DecodeHeadInput& in, Scratch& s, std::int64_t slots, float
         continue;
       }
       decode_value_row(t.tier.value, t.value_tiling, bytes + t.layout.value_codes.offset, n, slot, s.x.data());
-      if (quantized) {
-        // v̂ = fl(code * s + z): quantize.h's dequantize, value for value.
-        const TokenMeta meta = read_meta(bytes, t.layout.value_meta, slot);
-        for (float& v : s.x) v = quant::dequantize_value(static_cast<std::uint32_t>(v), meta.scale, meta.zero);
-      }
+      dequantize_row(t.tier.value, bytes, t.layout.value_meta, slot, in.head_dim, s.x.data());
       slot_accumulate(in, s, slots, j + slot, out);
     }
     j += n;
@@ -360,8 +409,8 @@ void value_walk(const DecodeHeadInput& in, Scratch& s, std::int64_t slots, float
 
 TierRead make_tier_read(const KvTier& tier, std::int64_t head_dim, std::int64_t page_bytes) {
   const std::string where = fmt::format("{}: tier {}", kWhere, kv_tier_name(tier));
-  check_page_format(tier.key, where, "key format");
-  check_page_format(tier.value, where, "value format");
+  check_page_format(tier.key, true, where, "key format");
+  check_page_format(tier.value, false, where, "value format");
   TierRead t;
   t.tier = tier;
   t.layout = page_layout(tier, head_dim, page_bytes);

@@ -4,10 +4,13 @@
 // so pages are interchangeable between the engine's backends.
 //
 // A page of tier t holds tiers[t].layout.tokens slots in the six segments of kv_bytes.h:
-//   key codes    tiled rows (key_code_offset): fp32 / fp16 elements, or packed per-token INT codes
-//   key meta     [tokens][2] fp16 bits: the slot's (scale, zero), host byte order (per-token INT only)
+//   key codes    tiled rows (key_code_offset): fp32 / fp16 elements, E4M3 codes, or packed INT codes
+//   key meta     fp16 (scale, zero) pairs, host byte order: [tokens][1] per-token INT,
+//                [tokens][head_dim / g] per token group of g channels, [tokens / G][head_dim] per
+//                channel over groups of G slots (KIVI keys: slot s is in group s / G); for FP8 one
+//                fp32 scale (the head's, copied into each of its pages)
 //   value codes  tiled rows (value_code_offset)
-//   value meta   [tokens][2] fp16 bits (per-token INT only)
+//   value meta   as the key meta (no per-channel values)
 //   scores, positions: not read here
 // Dead slots (live bit clear) hold 0xFF poison (NaN as fp16 / fp32 and as INT metadata): the
 // kernel skips them without reading a byte of them, so a poisoned dead slot can never leak a NaN.
@@ -27,8 +30,8 @@ struct TierRead {
   PageLayout layout;                 // page_layout(tier, head_dim, page_bytes)
   CodeTiling key_tiling, value_tiling;  // key_code_tiling / value_code_tiling at head_dim
 };
-// InputError when a format is not one a page holds (fp32, fp16, per-token INT 8/4/2) or the tier
-// fits no token in page_bytes.
+// InputError when a format is not one a page holds (fp32, fp16, fp8-e4m3, INT 8/4/2 per token or
+// per token group; per channel for keys) or the tier fits no token in page_bytes.
 TierRead make_tier_read(const KvTier& tier, std::int64_t head_dim, std::int64_t page_bytes);
 
 struct PageRead {
@@ -60,9 +63,9 @@ struct DecodeHeadOutput {
 };
 
 // For each query head g: logits l_j = scale * q_g · k̂_j over every live slot and residual token
-// (per-token INT keys as the fused s·Σ q_c code_c + z·Σ q_c, never materialising k̂), softmax with
-// the maximum subtracted, out_g = Σ_j p_j v̂_j (v̂_j = fl(code·s + z) for INT values, exactly
-// kernels/cpu/quantize.h's dequantize). Float accumulation; the oracle is
+// (per-token INT keys as the fused s·Σ q_c code_c + z·Σ q_c, never materialising k̂; other formats
+// dequantized first), softmax with the maximum subtracted, out_g = Σ_j p_j v̂_j (v̂_j = fl(code·s + z)
+// for INT values, exactly kernels/cpu/quantize.h's dequantize; fl(e4m3(code)·scale) for FP8). Float accumulation; the oracle is
 // oracles/retained_attention.h (double, over the dequantized live tokens).
 // InputError (naming the field) for bad sizes, an unsupported format, or no live token at all.
 void paged_decode_attention(const DecodeHeadInput& in, const DecodeHeadOutput& out);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kernels/cpu/paged_attention.h"
+#include "kernels/cpu/page_encode.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/quant_math.h"
 #include "optimized/page_pool.h"
@@ -37,8 +38,14 @@ constexpr double kFloatEps = 0x1.0p-24;  // unit roundoff of float
 // any of them and its tier 1 any later one: a lower tier must hold at least as many tokens).
 std::vector<KvTier> tier_catalogue() {
   auto i = [](int bits) { return int_format(per_token(bits)); };
-  return {KvTier{fp32_format(), fp32_format()}, KvTier{fp16_format(), fp16_format()}, KvTier{i(8), i(8)},
-          KvTier{i(8), i(4)}, KvTier{i(4), i(2)}, KvTier{i(2), i(2)}};
+  auto ch = [](int bits, int G) { return int_format(per_channel(bits, G)); };
+  auto tg = [](int bits) { return int_format(per_token_group(bits, 8)); };
+  // Ordered so that a later tier holds at least as many tokens per page, mostly (page_bytes_for
+  // pads until it does): the kernel reads any pair.
+  return {KvTier{fp32_format(), fp32_format()}, KvTier{fp16_format(), fp16_format()},
+          KvTier{fp8_e4m3_format(), fp8_e4m3_format()}, KvTier{i(8), i(8)}, KvTier{i(8), i(4)},
+          KvTier{ch(4, 16), tg(4)}, KvTier{i(4), i(2)}, KvTier{ch(2, 16), i(2)}, KvTier{i(2), tg(2)},
+          KvTier{i(2), i(2)}};
 }
 
 std::int64_t tokens_or_zero(const KvTier& tier, std::int64_t head_dim, std::int64_t page_bytes) {
@@ -66,47 +73,30 @@ std::int64_t page_bytes_for(const std::vector<KvTier>& tiers, std::int64_t head_
   return bytes;
 }
 
-// One token's key or value stored as an engine stores it: the code row (fp32 / fp16 elements or
-// per-token INT codes from kernels/cpu/quantize.h), the fp16 (scale, zero) metadata, and x̂.
-struct EncodedRow {
-  std::vector<std::uint8_t> row, meta;
+// One page's worth of keys or values stored as an engine stores them (kernels/cpu/page_encode.h:
+// code rows, slot metadata, per-channel group metadata, FP8's page scale), and x̂.
+struct EncodedPage {
+  EncodedBlock block;
   std::vector<float> x_hat;
-  float zero = 0.0f;  // |ẑ| enters the fused dot's error bound
+  std::vector<float> zero;  // per row: |ẑ| of per-token INT keys (the fused dot's error term), else 0
 };
 
-EncodedRow encode_row(const KvFormat& f, std::span<const float> x) {
-  const auto d = static_cast<std::int64_t>(x.size());
-  EncodedRow e;
-  e.x_hat.resize(x.size());
-  switch (f.dtype) {
-    case KvDType::kFp32:
-      e.row.resize(x.size() * sizeof(float));
-      std::memcpy(e.row.data(), x.data(), e.row.size());
-      std::copy(x.begin(), x.end(), e.x_hat.begin());
-      break;
-    case KvDType::kFp16:
-      e.row.resize(x.size() * 2);
-      for (std::size_t c = 0; c < x.size(); ++c) {
-        const std::uint16_t h = quant::f16_from_float(x[c]);
-        std::memcpy(e.row.data() + 2 * c, &h, 2);
-        e.x_hat[c] = quant::f16_to_float(h);
-      }
-      break;
-    case KvDType::kInt: {
-      e.row.resize(static_cast<std::size_t>(f.spec.row_bytes(d)));
-      std::uint16_t scale = 0, zero = 0;
-      quantize(f.spec, x, 1, d, KvLocation{}, e.row, {&scale, 1}, {&zero, 1});
-      dequantize(f.spec, e.row, {&scale, 1}, {&zero, 1}, 1, d, e.x_hat);
-      const std::uint16_t pair[2] = {scale, zero};  // the slot's (scale, zero), as the kernel reads it
-      e.meta.resize(sizeof pair);
-      std::memcpy(e.meta.data(), pair, sizeof pair);
-      e.zero = quant::f16_to_float(zero);
-      break;
+EncodedPage encode_page(const KvFormat& f, std::span<const float> x, std::int64_t rows, std::int64_t d) {
+  EncodedPage e;
+  e.block = encode_block(f, x, rows, d, KvLocation{});
+  e.x_hat = decode_block(f, e.block, d);
+  e.zero.assign(static_cast<std::size_t>(rows), 0.0f);
+  if (f.dtype == KvDType::kInt && f.spec.granularity == Granularity::kPerToken) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      std::uint16_t zero = 0;
+      std::memcpy(&zero, e.block.meta(r).data() + 2, 2);
+      e.zero[static_cast<std::size_t>(r)] = std::fabs(quant::f16_to_float(zero));
     }
-    case KvDType::kFp8E4M3: RC_FAIL("fp8 is not a page format");
   }
   return e;
 }
+
+std::vector<std::uint8_t> to_vector(std::span<const std::uint8_t> s) { return {s.begin(), s.end()}; }
 
 // A drawn case: real pages in a poisoned pool, the kernel's input over them, and the oracle's
 // view (the live tokens, dequantized, in walk order).
@@ -207,21 +197,26 @@ DecodeCase draw_case() {
     const std::int64_t n = c.pool.tokens_per_page(tier);
     const std::vector<float> keys = draw_keys(n, d, rng());
     const std::vector<float> values = testing::make_values(testing::ValueDist::kNormal, n, d, rng());
+    const KvTier& t = tiers[static_cast<std::size_t>(tier)];
+    const EncodedPage k = encode_page(t.key, keys, n, d);
+    const EncodedPage v = encode_page(t.value, values, n, d);
+    for (std::int64_t u = 0; u * k.block.group_tokens < n && k.block.group_meta_bytes > 0; ++u) {
+      c.pool.store_key_group_meta(id, u * k.block.group_tokens, k.block.group(u));
+    }
     for (std::int64_t s = 0; s < n; ++s) {
       const bool dead = percent(rng) < kill_percent;
       if (dead && percent(rng) < 50) continue;  // never written: poisoned by format()
-      const KvTier& t = tiers[static_cast<std::size_t>(tier)];
-      const EncodedRow k = encode_row(t.key, std::span(keys).subspan(static_cast<std::size_t>(s * d), static_cast<std::size_t>(d)));
-      const EncodedRow v = encode_row(t.value, std::span(values).subspan(static_cast<std::size_t>(s * d), static_cast<std::size_t>(d)));
       c.pool.put(id, s, TokenPayload{static_cast<std::int32_t>(walk_slot + s), 0.0f});
-      c.pool.store_codes(id, s, PagePool::SlotCodes{k.row, k.meta, v.row, v.meta});
+      c.pool.store_codes(id, s, PagePool::SlotCodes{to_vector(k.block.row(s)), to_vector(k.block.meta(s)),
+                                                    to_vector(v.block.row(s)), to_vector(v.block.meta(s))});
       if (dead) {
         c.pool.kill(id, s);  // written, then evicted: poisoned by kill()
         continue;
       }
-      c.keys_hat.insert(c.keys_hat.end(), k.x_hat.begin(), k.x_hat.end());
-      c.values_hat.insert(c.values_hat.end(), v.x_hat.begin(), v.x_hat.end());
-      c.key_zero.push_back(std::fabs(k.zero));
+      const auto row = [&](const std::vector<float>& x) { return x.begin() + s * d; };
+      c.keys_hat.insert(c.keys_hat.end(), row(k.x_hat), row(k.x_hat) + d);
+      c.values_hat.insert(c.values_hat.end(), row(v.x_hat), row(v.x_hat) + d);
+      c.key_zero.push_back(k.zero[static_cast<std::size_t>(s)]);
       c.live_walk_index.push_back(walk_slot + s);
     }
     c.page_reads.push_back(PageRead{c.pool.bytes(id).data(), c.pool.live_mask(id), tier});
@@ -231,15 +226,15 @@ DecodeCase draw_case() {
   c.residual_tokens = residual;
   const std::vector<float> rk = draw_keys(residual, d, rng());
   const std::vector<float> rv = testing::make_values(testing::ValueDist::kNormal, residual, d, rng());
+  const EncodedPage rk16 = encode_page(fp16_format(), rk, residual, d);
+  const EncodedPage rv16 = encode_page(fp16_format(), rv, residual, d);
   for (std::int64_t r = 0; r < residual; ++r) {
-    const EncodedRow k = encode_row(fp16_format(), std::span(rk).subspan(static_cast<std::size_t>(r * d), static_cast<std::size_t>(d)));
-    const EncodedRow v = encode_row(fp16_format(), std::span(rv).subspan(static_cast<std::size_t>(r * d), static_cast<std::size_t>(d)));
     for (std::int64_t ch = 0; ch < d; ++ch) {
-      c.residual_keys.push_back(quant::f16_from_float(k.x_hat[static_cast<std::size_t>(ch)]));
-      c.residual_values.push_back(quant::f16_from_float(v.x_hat[static_cast<std::size_t>(ch)]));
+      c.residual_keys.push_back(quant::f16_from_float(rk16.x_hat[static_cast<std::size_t>(r * d + ch)]));
+      c.residual_values.push_back(quant::f16_from_float(rv16.x_hat[static_cast<std::size_t>(r * d + ch)]));
     }
-    c.keys_hat.insert(c.keys_hat.end(), k.x_hat.begin(), k.x_hat.end());
-    c.values_hat.insert(c.values_hat.end(), v.x_hat.begin(), v.x_hat.end());
+    c.keys_hat.insert(c.keys_hat.end(), rk16.x_hat.begin() + r * d, rk16.x_hat.begin() + (r + 1) * d);
+    c.values_hat.insert(c.values_hat.end(), rv16.x_hat.begin() + r * d, rv16.x_hat.begin() + (r + 1) * d);
     c.key_zero.push_back(0.0f);
     c.live_walk_index.push_back(walk_slot + r);
   }
@@ -387,6 +382,11 @@ TEST(PagedAttentionProps, DeadSlotContentsAreNeverRead) {
         for (auto* v : {&junk.key, &junk.key_meta, &junk.value, &junk.value_meta}) {
           for (std::uint8_t& b : *v) b = static_cast<std::uint8_t>(rng());
         }
+        // FP8's slot metadata is the page's one scale, shared with the live slots: kept.
+        const PagePool::SlotCodes now = c.pool.load_codes(id, s);
+        const KvTier& t = c.pool.config().tiers[static_cast<std::size_t>(tier)];
+        if (t.key.dtype == KvDType::kFp8E4M3) junk.key_meta = now.key_meta;
+        if (t.value.dtype == KvDType::kFp8E4M3) junk.value_meta = now.value_meta;
         c.pool.store_codes(id, s, junk);
         ++scribbled;
       }

@@ -285,20 +285,17 @@ TEST(PagedAttention, WrongSizesNameTheField) {
 }
 
 TEST(PagedAttention, UnsupportedFormatsAreErrors) {
-  const KvTier fp8{fp8_e4m3_format(), fp8_e4m3_format()};
-  expect_input_error([&] { (void)make_tier_read(fp8, 16, 4096); }, {"decode attention", "key format", "fp8-e4m3"});
-  const KvTier per_channel_keys{int_format(per_channel(2, 32)), int_format(per_token(2))};
-  expect_input_error([&] { (void)make_tier_read(per_channel_keys, 16, 4096); },
-                     {"decode attention", "key format", "int2/channel"});
-  const KvTier group_values{int_format(per_token(4)), int_format(per_token_group(4, 8))};
-  expect_input_error([&] { (void)make_tier_read(group_values, 16, 4096); }, {"decode attention", "value format"});
+  // Per-channel metadata is for keys (KIVI); values are read per token.
+  const KvTier channel_values{int_format(per_token(4)), int_format(per_channel(2, 32))};
+  expect_input_error([&] { (void)make_tier_read(channel_values, 16, 4096); },
+                     {"decode attention", "value format", "int2/channel"});
 
   // A TierRead built by hand around make_tier_read is checked by the kernel too.
   TierRead by_hand;
-  by_hand.tier = fp8;
-  by_hand.layout = page_layout(fp8, 16, 4096);
-  by_hand.key_tiling = key_code_tiling(fp8.key, 16);
-  by_hand.value_tiling = value_code_tiling(fp8.value, 16);
+  by_hand.tier = channel_values;
+  by_hand.layout = page_layout(KvTier{int_format(per_token(4)), int_format(per_token(2))}, 16, 4096);
+  by_hand.key_tiling = key_code_tiling(channel_values.key, 16);
+  by_hand.value_tiling = value_code_tiling(channel_values.value, 16);
   const std::vector<TierRead> tiers{by_hand};
   const std::vector<std::uint16_t> residual(16, 0);
   const std::vector<float> q(16, 1.0f);
@@ -311,7 +308,35 @@ TEST(PagedAttention, UnsupportedFormatsAreErrors) {
   in.residual_keys = residual;
   in.residual_values = residual;
   in.q = q;
-  expect_input_error([&] { paged_decode_attention(in, {out, {}}); }, {"decode attention", "tiers[0]", "fp8-e4m3"});
+  expect_input_error([&] { paged_decode_attention(in, {out, {}}); }, {"decode attention", "tiers[0]", "value format"});
+}
+
+// FP8 by hand: keys and values whose E4M3 codes are exact at the page scale 0.5 (amax 224 / 448):
+// key 0 = (0, ...), key 1 = (2 ln 3 rounded to E4M3 ...) is not exact, so use q·k values that are:
+// k0 = 0, k1 = (2, 0, ...) with q = (ln 3 / 2 ... ): the logits 0 and ln 3 are what the kernel
+// computes from the decoded keys; values (224, 0, ...) and (0, 224, ...) are exact (code 0x7E = 448).
+TEST(PagedAttention, Fp8PageUsesThePageScale) {
+  const KvTier tier{fp8_e4m3_format(), fp8_e4m3_format()};
+  OnePage page(tier, 8, 512);
+  const float scale = 0.5f;
+  auto row = [](std::initializer_list<std::uint8_t> first) {
+    std::vector<std::uint8_t> r(8, 0);
+    std::copy(first.begin(), first.end(), r.begin());
+    return r;
+  };
+  std::vector<std::uint8_t> scale_bytes(4);
+  std::memcpy(scale_bytes.data(), &scale, 4);
+  // E4M3 0x40 = 2.0 (exponent 8 - 7 = 1, mantissa 0); 0x7E = 448.
+  page.put(0, {row({}), scale_bytes, row({0x7E}), scale_bytes});
+  page.put(1, {row({0x40}), scale_bytes, row({0, 0x7E}), scale_bytes});
+  // k̂1 = (2 * 0.5, 0, ...) = (1, 0, ...): with q = (ln 3, 0, ...) and scale 1 the logits are 0, ln 3.
+  const std::vector<float> q{std::log(3.0f), 0, 0, 0, 0, 0, 0, 0};
+  std::vector<float> out(8), probs(static_cast<std::size_t>(page.tokens()));
+  paged_decode_attention(page.input(q, 1.0f), {out, probs});
+  EXPECT_NEAR(probs[0], 0.25f, kTol);
+  EXPECT_NEAR(probs[1], 0.75f, kTol);
+  EXPECT_NEAR(out[0], 224.0f * 0.25f, 224.0f * kTol);  // v̂0 = 448 * 0.5
+  EXPECT_NEAR(out[1], 224.0f * 0.75f, 224.0f * kTol);
 }
 
 }  // namespace

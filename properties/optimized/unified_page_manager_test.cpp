@@ -54,12 +54,38 @@ TEST(PagePool, LeanKvTiersAndPoison) {
   EXPECT_TRUE(pool.owner(3).free());
 }
 
-TEST(PagePool, RejectsFormatsWithoutPerTokenMetadata) {
+TEST(PagePool, RejectsPerChannelValues) {
   PagePoolConfig c;
   c.pages = 4;
-  c.tiers = {KvTier{int_format(per_channel(2, 32)), int_format(per_token(2))},
+  c.tiers = {KvTier{int_format(per_token(2)), int_format(per_channel(2, 32))},
              KvTier{int_format(per_token(2)), int_format(per_token(2))}};
   EXPECT_THROW(PagePool{c}, InputError);
+}
+
+// Per-channel key tiers (KIVI): a group's metadata is written once for its G slots, survives a
+// kill of one of them (the others still need it), and such slots never move.
+TEST(PagePool, PerChannelKeyGroupsKeepTheirMetadata) {
+  PagePoolConfig c;
+  c.pages = 2;
+  c.page_bytes = 4096;
+  c.head_dim = 16;
+  c.poison = true;
+  c.tiers = {KvTier{int_format(per_channel(2, 16)), int_format(per_token(2))}};
+  PagePool pool(c);
+  ASSERT_EQ(pool.key_group_tokens(0), 16);
+  ASSERT_EQ(pool.tokens_per_page(0) % 16, 0);
+  pool.format(0, PageOwner{HeadKey{0, 0, 0}, 0});
+  pool.format(1, PageOwner{HeadKey{0, 0, 0}, 0});
+  std::vector<std::uint8_t> meta(16 * 4);
+  for (std::size_t i = 0; i < meta.size(); ++i) meta[i] = static_cast<std::uint8_t>(i);
+  pool.store_key_group_meta(0, 16, meta);
+  EXPECT_THROW(pool.store_key_group_meta(0, 8, meta), std::logic_error);  // not a group start
+  EXPECT_EQ(pool.empty_codes(0).key_meta.size(), 0U);                     // nothing per slot
+  pool.put(0, 17, TokenPayload{17, 0.0f});
+  pool.put(0, 18, TokenPayload{18, 0.0f});
+  pool.kill(0, 17);
+  EXPECT_EQ(pool.load_key_group_meta(0, 16), meta);
+  EXPECT_THROW(pool.move(0, 18, 1, 0), std::logic_error);
 }
 
 TEST(UnifiedPageManager, Figure5PromptPhaseThenDecodeThenFinish) {
