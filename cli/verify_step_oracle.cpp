@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "oracles/held_rows_ref.h"
 #include "oracles/step_oracle.h"
 
 namespace kvcheck::cli {
@@ -34,6 +35,7 @@ void VerifyStepOracle::on_kv(std::int32_t layer, std::int32_t first, std::int64_
   std::vector<float>& ks = keys_.at(static_cast<std::size_t>(layer));
   std::vector<float>& vs = values_.at(static_cast<std::size_t>(layer));
   // Rows arrive in position order: the prompt, then one per step (a replay rewrites them).
+  if (first == 0) prompt_len_ = tokens;
   const std::size_t at = static_cast<std::size_t>(first) * kv_dim;
   ks.resize(std::max(ks.size(), at + static_cast<std::size_t>(tokens) * kv_dim));
   vs.resize(ks.size());
@@ -62,23 +64,17 @@ void VerifyStepOracle::on_decode_head(const DecodeHeadTrace& s) {
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return live[a].position < live[b].position; });
   std::vector<std::int32_t> held;
-  std::vector<float> held_keys, held_values;
+  std::vector<HeldToken> tokens;
   for (std::size_t i : order) {
     const std::int32_t j = live[i].position;
-    const KvTier& tier = engine_.cache->tiers()[static_cast<std::size_t>(slots[i].tier)].tier;
-    std::vector<float> kh(keys.begin() + j * d, keys.begin() + (j + 1) * d);
-    std::vector<float> vh(values.begin() + j * d, values.begin() + (j + 1) * d);
-    if (slots[i].tier == kLowTier && demoted_.contains({s.layer, s.kv_head, j})) {
-      const KvTier& high = engine_.cache->tiers()[kHighTier].tier;
-      kh = stored_row_ref(high.key, kh);
-      vh = stored_row_ref(high.value, vh);
-    }
-    kh = stored_row_ref(tier.key, kh);
-    vh = stored_row_ref(tier.value, vh);
     held.push_back(j);
-    held_keys.insert(held_keys.end(), kh.begin(), kh.end());
-    held_values.insert(held_values.end(), vh.begin(), vh.end());
+    tokens.push_back(HeldToken{j, slots[i].tier, slots[i].tier == kLowTier && demoted_.contains({s.layer, s.kv_head, j})});
   }
+  std::vector<KvTier> tiers;
+  for (const TierRead& t : engine_.cache->tiers()) tiers.push_back(t.tier);
+  std::vector<float> held_keys, held_values;
+  held_rows_ref(HeldRowsSpec{tiers, engine_.cache->policy().residual_tokens() > 0, prompt_len_, d}, keys, values,
+                tokens, held_keys, held_values);
   DecodeStepInputs in;
   in.group = c.group_size();
   in.head_dim = d;

@@ -48,6 +48,7 @@ class VerifyStepOracle {
   std::vector<std::vector<float>> keys_, values_;  // [layer][position * kv_dim]
   // (layer, kv head, position) of tokens moved from the high tier to the low one: the cache
   // re-quantizes them from their high codes, so the oracle applies both formats in turn.
+  std::int64_t prompt_len_ = 0;  // rows of the last prefill (FP8 heads take their scale from them)
   std::set<std::tuple<std::int32_t, std::int32_t, std::int32_t>> demoted_;
   std::int64_t checks_ = 0, held_violations_ = 0, full_violations_ = 0;
   double held_error_max_ = 0.0, full_error_max_ = 0.0, pruned_mass_max_ = 0.0, delta_max_ = 0.0;

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "optimized/eviction_policies.h"
+#include "optimized/kivi_policy.h"
 #include "optimized/leankv_policy.h"
 #include "optimized/xkv_policy.h"
 #include "reference/errors.h"
@@ -140,6 +141,9 @@ const std::vector<Entry>& registry() {
             {fp32_format(), fp32_format()});
     uniform("full-fp16", "every token kept, keys and values in fp16 (vLLM's default cache)",
             {fp16_format(), fp16_format()});
+    uniform("fp8", "every token kept, keys and values FP8 E4M3 with one fp32 scale per head (the prompt's amax / 448; "
+                   "later tokens beyond it saturate)",
+            {fp8_e4m3_format(), fp8_e4m3_format()});
     uniform("int8", "every token kept, keys and values int8 per token (fp16 scale and zero)",
             {int_format(per_token(8)), int_format(per_token(8))});
     uniform("int4", "every token kept, keys and values int4 per token (fp16 scale and zero)",
@@ -214,6 +218,44 @@ const std::vector<Entry>& registry() {
                    b = std::max<std::int64_t>(2, b);
                    return fmt::format("xkv:budget={},window={}", b, std::min<std::int64_t>(8, b / 2));
                  }});
+    auto kivi_params = [](const Params& p, int bits) {
+      const std::int64_t g = p.integer("group");
+      p.require(g == 16 || g == 32 || g == 128, "group must be 16, 32 or 128");
+      p.require(p.integer("residual") % g == 0, fmt::format("residual must be a multiple of group ({})", g));
+      KiviParams k;
+      k.bits = bits;
+      k.group = g;
+      k.residual = p.integer("residual");
+      return k;
+    };
+    for (const int b : {2, 4}) {
+      e.push_back({fmt::format("kivi{}", b),
+                   fmt::format("KIVI: every token kept, keys int{0} per channel over groups of tokens, values int{0} "
+                               "per token, behind an fp16 residual", b),
+                   {{"group", 32, 16, 128, true, "G: tokens per key channel group (16, 32, 128)"},
+                    {"residual", 128, 16, kMaxTokens, true, "n_r: fp16 residual flushed when full (a multiple of G)"}},
+                   [=](const Params& p) { return make_kivi_policy(kivi_params(p, b)); }});
+    }
+    e.push_back({"minikv",
+                 "MiniKV: heavy hitters and a recent window chosen once at prefill, 2-bit KIVI (groups of 16) behind "
+                 "an fp16 residual",
+                 {{"budget", 64, 2, kMaxTokens, true, "mean prompt tokens kept per head"},
+                  {"recent", 0.5, 0, 1, false, "share of the budget for the most recent positions (at least one)"},
+                  {"pyramid", 1, 1, 1000, false, "1: uniform layer budgets; > 1: PyramidKV's, the last layer gets "
+                                                 "budget / pyramid"},
+                  {"group", 16, 16, 128, true, "G: tokens per key channel group (16, 32, 128)"},
+                  {"value_group", 16, 1, 1024, true, "g: channels per value group (must divide head_dim)"},
+                  {"residual", 128, 16, kMaxTokens, true, "n_r: fp16 residual flushed when full (a multiple of G)"}},
+                 [=](const Params& p) {
+                   KiviParams q = kivi_params(p, 2);
+                   q.value_group = p.integer("value_group");
+                   MiniKvParams m;
+                   m.budget = p.integer("budget");
+                   m.recent = p["recent"];
+                   m.pyramid = p["pyramid"];
+                   return make_minikv_policy(q, m);
+                 },
+                 [](std::int64_t b) { return fmt::format("minikv:budget={}", std::max<std::int64_t>(2, b)); }});
     auto bits = [](const char* key, double value, const char* help) {
       return Param{key, value, 2, 16, true, help};
     };

@@ -1,8 +1,10 @@
 // Compression policies: one interface, one registry (DESIGN.md, "Compression policies").
 //
 // Uniform policies store every token at one precision for its whole life: full-fp32 (the exact
-// configuration, which must reproduce the reference), full-fp16 (vLLM's default cache), and the
-// per-token integer baselines int8 and int4. Eviction policies (optimized/eviction_policies.h:
+// configuration, which must reproduce the reference), full-fp16 (vLLM's default cache), fp8
+// (E4M3 with one scale per head) and the per-token integer baselines int8 and int4. Residual
+// policies (optimized/kivi_policy.h: kivi2, kivi4, minikv) quantize keys per channel in groups of
+// tokens behind an fp16 residual. Eviction policies (optimized/eviction_policies.h:
 // streaming, h2o, snapkv, pyramidkv) also choose, per (request, layer, kv-head), which prompt tokens to keep
 // after prefill and which token to drop before a decode step adds one.
 //
@@ -49,6 +51,7 @@ struct PromptSelection {
 struct StepDecision {
   std::optional<std::size_t> evict;
   std::optional<std::size_t> demote;
+  bool flush = false;  // residual policies: every high token moves to the low tier
 };
 
 class KvPolicy {
@@ -63,6 +66,15 @@ class KvPolicy {
   // --- eviction (the defaults keep every token) ---
   // Whether the policy ever drops a token (prefill or decode).
   virtual bool evicts() const { return false; }
+  // KIVI's fp16 residual: when > 0, tier 0 is an fp16 buffer of at most this many tokens, moved
+  // to tier 1 (quantized in whole groups, append-only) by a flush once it is full.
+  virtual std::int64_t residual_tokens() const { return 0; }
+  // Whether the prompt is split between the tiers (or dropped) after prefill (select_prompt_all),
+  // and whether decode steps ask decide_step.
+  bool selects_prompt() const { return evicts() || residual_tokens() > 0; }
+  // Whether a request's heads hold their tokens packed in position order in one tier, so that a
+  // swap can copy them out and back byte for byte.
+  bool swappable() const { return !evicts() && tiers().size() == 1; }
   // Queries at the end of the prompt whose column sums PromptScores::window holds (0: none).
   virtual std::int64_t observation_window() const { return 0; }
   // The prompt positions a head of `layer` keeps, ascending, from its prefill scores.

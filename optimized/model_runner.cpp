@@ -62,9 +62,9 @@ std::vector<float> ModelRunner::prefill(std::int64_t request, std::span<const st
   const std::int64_t T = static_cast<std::int64_t>(tokens.size());
   const std::int64_t H = c.hidden_size;
   const KvPolicy& policy = cache_.policy();
-  // An evicting policy chooses the kept tokens from the prompt's attention, so its pages are
-  // allocated after the compute; the pool is checked first all the same.
-  const bool evicting = policy.evicts();
+  // An evicting (or tier-splitting) policy chooses the kept tokens from the prompt's attention, so
+  // its pages are allocated after the compute; the pool is checked first all the same.
+  const bool evicting = policy.selects_prompt();
   if (evicting) {
     cache_.check_prompt_fits(T);  // PoolExhausted here, before any compute
   } else {
@@ -189,7 +189,7 @@ std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, s
   std::vector<SlotRef> live_slots;
   // The policy's decisions, taken from each head's state before this step.
   std::vector<PagedKvCache::StepOps> step;
-  if (policy.evicts()) {
+  if (policy.selects_prompt()) {
     step.resize(static_cast<std::size_t>(B * c.num_hidden_layers * kvh));
     std::size_t i = 0;
     for (std::int64_t b = 0; b < B; ++b) {
@@ -198,6 +198,7 @@ std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, s
           cache_.live_tokens(requests[static_cast<std::size_t>(b)], l, h, live, live_slots);
           const StepDecision decision = policy.decide_step(l, live, positions[static_cast<std::size_t>(b)]);
           if (decision.evict) step[i].evict = live_slots.at(*decision.evict);
+          step[i].flush = decision.flush;
           if (decision.demote) {
             step[i].demote = live_slots.at(*decision.demote);
             if (trace_ && trace_->on_demote) {

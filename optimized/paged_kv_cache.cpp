@@ -4,6 +4,7 @@
 #include <cstring>
 #include <fmt/format.h>
 
+#include "kernels/cpu/page_encode.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/quant_math.h"
 #include "optimized/pool_exhausted.h"
@@ -26,60 +27,24 @@ PageManagerConfig manager_config(const ModelConfig& model, const std::vector<KvT
   return m;
 }
 
-// One row in a stored format: code bytes (and, for INT, the fp16 scale and zero as metadata).
-void encode_row(const KvFormat& format, std::span<const float> row, const KvLocation& at,
-                std::vector<std::uint8_t>& codes, std::vector<std::uint8_t>& meta) {
-  switch (format.dtype) {
-    case KvDType::kFp32:
-      std::memcpy(codes.data(), row.data(), row.size() * sizeof(float));
-      return;
-    case KvDType::kFp16:
-      for (std::size_t i = 0; i < row.size(); ++i) {
-        const std::uint16_t h = quant::f16_from_float(row[i]);
-        std::memcpy(codes.data() + 2 * i, &h, 2);
-      }
-      return;
-    case KvDType::kInt: {
-      std::uint16_t scale = 0;
-      std::uint16_t zero = 0;
-      quantize(format.spec, row, 1, static_cast<std::int64_t>(row.size()), at, codes, {&scale, 1}, {&zero, 1});
-      std::memcpy(meta.data(), &scale, 2);
-      std::memcpy(meta.data() + 2, &zero, 2);
-      return;
-    }
-    case KvDType::kFp8E4M3:
-      break;
-  }
-  throw InputError("paged KV cache: " + kv_format_name(format) + " is not a per-token page format");
-}
+// The floats a slot's stored row holds (one row of kernels/cpu/page_encode.h's block): what the
+// decode kernel reads, and what a demoted or flushed token is re-encoded from.
+// fp16 round trip of a finite float (non-finite values pass through, for check_finite to name).
+float round_to_f16(float x) { return std::isfinite(x) ? quant::f16_to_float(quant::f16_from_float(x)) : x; }
 
-// The floats a stored row holds (the inverse of encode_row up to its rounding).
-std::vector<float> decode_row(const KvFormat& format, std::int64_t head_dim, const std::vector<std::uint8_t>& codes,
-                              const std::vector<std::uint8_t>& meta) {
-  std::vector<float> row(static_cast<std::size_t>(head_dim));
-  switch (format.dtype) {
-    case KvDType::kFp32:
-      std::memcpy(row.data(), codes.data(), row.size() * sizeof(float));
-      return row;
-    case KvDType::kFp16:
-      for (std::size_t i = 0; i < row.size(); ++i) {
-        std::uint16_t h = 0;
-        std::memcpy(&h, codes.data() + 2 * i, 2);
-        row[i] = quant::f16_to_float(h);
-      }
-      return row;
-    case KvDType::kInt: {
-      std::uint16_t scale = 0;
-      std::uint16_t zero = 0;
-      std::memcpy(&scale, meta.data(), 2);
-      std::memcpy(&zero, meta.data() + 2, 2);
-      dequantize(format.spec, codes, {&scale, 1}, {&zero, 1}, 1, head_dim, row);
-      return row;
-    }
-    case KvDType::kFp8E4M3:
-      break;
+std::vector<float> slot_values(const KvFormat& format, std::int64_t head_dim, const std::vector<std::uint8_t>& codes,
+                               const std::vector<std::uint8_t>& meta) {
+  if (format.dtype == KvDType::kInt && format.spec.granularity == Granularity::kPerChannel) {
+    throw std::logic_error("paged KV cache: a per-channel key row is not readable on its own");
   }
-  throw InputError("paged KV cache: " + kv_format_name(format) + " is not a per-token page format");
+  EncodedBlock b;
+  b.rows = 1;
+  b.row_bytes = static_cast<std::int64_t>(codes.size());
+  b.slot_meta_bytes = static_cast<std::int64_t>(meta.size());
+  b.codes = codes;
+  b.slot_meta = meta;
+  if (format.dtype == KvDType::kFp8E4M3) std::memcpy(&b.fp8_scale, meta.data(), sizeof(float));
+  return decode_block(format, b, head_dim);
 }
 
 }  // namespace
@@ -129,31 +94,79 @@ std::int64_t PagedKvCache::prompt_pages(std::int64_t tokens) const {
   return ((tokens + tpp - 1) / tpp + (uses_low_tier_ ? 1 : 0)) * model_.num_hidden_layers * model_.num_key_value_heads;
 }
 
-void PagedKvCache::encode(std::int64_t request, std::int32_t layer, std::int32_t head, std::int32_t position, int tier_index,
-                          std::span<const float> key, std::span<const float> value,
-                          PagePool::SlotCodes& codes) const {
+void PagedKvCache::check_finite(std::int64_t request, std::int32_t layer, std::int32_t head,
+                                std::span<const std::int32_t> positions, std::span<const float> keys,
+                                std::span<const float> values) const {
+  const std::int64_t d = model_.head_dim;
   for (int part = 0; part < 2; ++part) {
-    const std::span<const float> row = part == 0 ? key : value;
-    for (std::size_t c = 0; c < row.size(); ++c) {
-      if (!std::isfinite(row[c])) {
+    const std::span<const float> rows = part == 0 ? keys : values;
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      if (!std::isfinite(rows[i])) {
         throw InputError(fmt::format("request {}: layer {}, kv head {}, position {}: {} channel {} is {} (not stored)",
-                                     request, layer, head, position, part == 0 ? "key" : "value", c, row[c]));
+                                     request, layer, head, positions[i / static_cast<std::size_t>(d)],
+                                     part == 0 ? "key" : "value", i % static_cast<std::size_t>(d), rows[i]));
       }
     }
   }
+}
+
+float* PagedKvCache::fp8_scale(std::int64_t request, std::int32_t layer, std::int32_t head, int part) {
+  std::vector<float>& s = fp8_scales_[request];
+  s.resize(static_cast<std::size_t>(2 * manager_.heads_per_request()), 0.0f);
+  return &s[static_cast<std::size_t>(2 * (layer * model_.num_key_value_heads + head) + part)];
+}
+
+void PagedKvCache::store_block(std::int64_t request, std::int32_t layer, std::int32_t head, int tier_index,
+                               std::span<const SlotRef> slots, std::span<const std::int32_t> positions,
+                               std::span<const float> keys, std::span<const float> values) {
+  const std::int64_t d = model_.head_dim;
+  const auto n = static_cast<std::int64_t>(slots.size());
+  if (n == 0) return;
+  check_finite(request, layer, head, positions, keys, values);
   const KvTier& tier = tiers_[static_cast<std::size_t>(tier_index)];
-  const KvLocation at_key{layer, head, position, "key"};
-  const KvLocation at_value{layer, head, position, "value"};
-  encode_row(tier.key, key, at_key, codes.key, codes.key_meta);
-  encode_row(tier.value, value, at_value, codes.value, codes.value_meta);
+  PagePool& pool = manager_.pool();
+  std::vector<PageId> pages(slots.size());
+  for (std::size_t i = 0; i < slots.size(); ++i) pages[i] = manager_.page_of(request, layer, head, slots[i]);
+  EncodedBlock blocks[2];
+  for (int part = 0; part < 2; ++part) {
+    const KvFormat& format = part == 0 ? tier.key : tier.value;
+    const std::int64_t G = format.spec.token_group();
+    if (format.dtype == KvDType::kInt && G > 1) {
+      // A per-channel group is G consecutive slots of one page from a multiple of G.
+      for (std::int64_t i = 0; i < n; ++i) {
+        const SlotRef& at = slots[static_cast<std::size_t>(i)];
+        const SlotRef& first = slots[static_cast<std::size_t>(i - i % G)];
+        if (n % G != 0 || first.slot % G != 0 || pages[static_cast<std::size_t>(i)] != pages[static_cast<std::size_t>(i - i % G)] ||
+            at.slot != first.slot + i % G) {
+          throw std::logic_error(fmt::format("paged KV cache: request {} layer {} head {}: {} tokens from position {} "
+                                             "do not fill whole groups of {} slots", request, layer, head, n,
+                                             positions[0], G));
+        }
+      }
+    }
+    float scale = 0.0f;
+    float* head_scale = format.dtype == KvDType::kFp8E4M3 ? fp8_scale(request, layer, head, part) : nullptr;
+    if (head_scale) scale = *head_scale;  // 0 at the head's first block: its amax sets it
+    const KvLocation at{layer, head, positions[0], part == 0 ? "key" : "value"};
+    blocks[part] = encode_block(format, part == 0 ? keys : values, n, d, at, scale);
+    if (head_scale) *head_scale = blocks[part].fp8_scale;
+  }
+  const EncodedBlock& k = blocks[0];
+  const EncodedBlock& v = blocks[1];
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto row = [](std::span<const std::uint8_t> x) { return std::vector<std::uint8_t>(x.begin(), x.end()); };
+    pool.store_codes(pages[static_cast<std::size_t>(i)], slots[static_cast<std::size_t>(i)].slot,
+                     PagePool::SlotCodes{row(k.row(i)), row(k.meta(i)), row(v.row(i)), row(v.meta(i))});
+    if (k.group_meta_bytes > 0 && i % k.group_tokens == 0) {
+      pool.store_key_group_meta(pages[static_cast<std::size_t>(i)], slots[static_cast<std::size_t>(i)].slot,
+                                k.group(i / k.group_tokens));
+    }
+  }
 }
 
 void PagedKvCache::store(std::int64_t request, std::int32_t layer, std::int32_t head, const SlotRef& slot,
                          std::int32_t position, std::span<const float> key, std::span<const float> value) {
-  PagePool& pool = manager_.pool();
-  PagePool::SlotCodes codes = pool.empty_codes(slot.tier);
-  encode(request, layer, head, position, slot.tier, key, value, codes);
-  pool.store_codes(manager_.page_of(request, layer, head, slot), slot.slot, codes);
+  store_block(request, layer, head, slot.tier, {&slot, 1}, {&position, 1}, key, value);
 }
 
 void PagedKvCache::reserve_prompt(std::int64_t request, std::int64_t tokens) {
@@ -176,14 +189,23 @@ void PagedKvCache::write_prompt_layer(std::int64_t request, std::int32_t layer, 
       static_cast<std::int64_t>(values.size()) != tokens * kv_dim) {
     throw std::invalid_argument("paged KV cache: write_prompt_layer keys/values have the wrong size");
   }
-  // The prompt phase wrote token t of the tier at page t / tpp, slot t % tpp.
+  // The prompt phase wrote token t of the tier at page t / tpp, slot t % tpp. Each head's rows are
+  // encoded as one block (FP8: the prompt's amax sets the head's scale).
   const std::int64_t tpp = manager_.pool().tokens_per_page(kHighTier);
+  std::vector<SlotRef> slots(static_cast<std::size_t>(tokens));
+  std::vector<std::int32_t> positions(slots.size());
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    slots[static_cast<std::size_t>(t)] = SlotRef{kHighTier, t / tpp, t % tpp};
+    positions[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(t);
+  }
+  std::vector<float> k(static_cast<std::size_t>(tokens * d)), v(k.size());
   for (std::int32_t h = 0; h < model_.num_key_value_heads; ++h) {
     for (std::int64_t t = 0; t < tokens; ++t) {
-      const std::size_t at = static_cast<std::size_t>(t * kv_dim + h * d);
-      store(request, layer, h, SlotRef{kHighTier, t / tpp, t % tpp}, static_cast<std::int32_t>(t),
-            keys.subspan(at, static_cast<std::size_t>(d)), values.subspan(at, static_cast<std::size_t>(d)));
+      const auto at = static_cast<std::ptrdiff_t>(t * kv_dim + h * d);
+      std::copy_n(keys.begin() + at, d, k.begin() + t * d);
+      std::copy_n(values.begin() + at, d, v.begin() + t * d);
     }
+    store_block(request, layer, h, kHighTier, slots, positions, k, v);
   }
 }
 
@@ -240,19 +262,33 @@ void PagedKvCache::commit_prompt(std::int64_t request, std::int64_t tokens, std:
   try {
     manager_.prompt_phase({&prompt, 1});
     // The prompt phase placed kept token j of a tier at page j / tpp, slot j % tpp of that tier.
+    // A residual policy's low tier is encoded from the fp16 rows, as its flushes are.
+    const bool from_fp16 = policy_.residual_tokens() > 0;
+    std::vector<SlotRef> slots;
+    std::vector<float> k, v;
     for (std::int32_t l = 0; l < model_.num_hidden_layers; ++l) {
       for (std::int32_t h = 0; h < model_.num_key_value_heads; ++h) {
-        const PromptSelection& k = kept[static_cast<std::size_t>(l * model_.num_key_value_heads + h)];
+        const PromptSelection& kp = kept[static_cast<std::size_t>(l * model_.num_key_value_heads + h)];
         for (int tier : {kHighTier, kLowTier}) {
           const std::int64_t tpp = manager_.pool().tokens_per_page(tier);
-          const std::vector<std::int32_t>& list = tier == kHighTier ? k.high : k.low;
+          const std::vector<std::int32_t>& list = tier == kHighTier ? kp.high : kp.low;
+          slots.clear();
+          k.clear();
+          v.clear();
           for (std::size_t j = 0; j < list.size(); ++j) {
-            const std::size_t at = static_cast<std::size_t>(list[j] * kv_dim + h * d);
-            const std::int64_t slot = static_cast<std::int64_t>(j);
-            store(request, l, h, SlotRef{tier, slot / tpp, slot % tpp}, list[j],
-                  std::span<const float>(keys[static_cast<std::size_t>(l)]).subspan(at, static_cast<std::size_t>(d)),
-                  std::span<const float>(values[static_cast<std::size_t>(l)]).subspan(at, static_cast<std::size_t>(d)));
+            const auto slot = static_cast<std::int64_t>(j);
+            slots.push_back(SlotRef{tier, slot / tpp, slot % tpp});
+            const auto at = static_cast<std::ptrdiff_t>(list[j] * kv_dim + h * d);
+            k.insert(k.end(), keys[static_cast<std::size_t>(l)].begin() + at, keys[static_cast<std::size_t>(l)].begin() + at + d);
+            v.insert(v.end(), values[static_cast<std::size_t>(l)].begin() + at,
+                     values[static_cast<std::size_t>(l)].begin() + at + d);
           }
+          if (from_fp16 && tier == kLowTier) {
+            for (float* x : {k.data(), v.data()}) {
+              for (std::size_t i = 0; i < k.size(); ++i) x[i] = round_to_f16(x[i]);
+            }
+          }
+          store_block(request, l, h, tier, slots, list, k, v);
         }
       }
     }
@@ -265,19 +301,30 @@ void PagedKvCache::commit_prompt(std::int64_t request, std::int64_t tokens, std:
 void PagedKvCache::reserve(std::span<const std::int64_t> requests, std::span<const std::int32_t> positions,
                            std::span<const StepOps> step) {
   const std::int64_t heads = manager_.heads_per_request();
+  const std::int64_t d = model_.head_dim;
   if (!step.empty() && static_cast<std::int64_t>(step.size()) != static_cast<std::int64_t>(requests.size()) * heads) {
     throw std::invalid_argument("paged KV cache: reserve needs one entry of step ops per head of every request");
   }
   std::vector<DecodeOp> ops;
   ops.reserve(requests.size() * static_cast<std::size_t>(heads));
-  // A demoted token is re-quantized from what its high slot holds, read before the step kills it.
-  struct Demotion {
+  // Tokens that change tier (a demotion, or a flush of the residual) are re-encoded from what
+  // their high slots hold, read before the step kills them.
+  struct Moved {
     std::size_t op;
-    std::int32_t position;
-    std::vector<float> key, value;
+    std::vector<std::int32_t> positions;
+    std::vector<float> keys, values;  // [positions][head_dim]
   };
-  std::vector<Demotion> demotions;
+  std::vector<Moved> moved;
   const PagePool& pool = manager_.pool();
+  const KvTier& high = tiers_[kHighTier];
+  auto read_high = [&](PageId id, std::int64_t slot, Moved& m) {
+    const PagePool::SlotCodes codes = pool.load_codes(id, slot);
+    m.positions.push_back(pool.payload(id, slot).position);
+    const std::vector<float> k = slot_values(high.key, d, codes.key, codes.key_meta);
+    const std::vector<float> v = slot_values(high.value, d, codes.value, codes.value_meta);
+    m.keys.insert(m.keys.end(), k.begin(), k.end());
+    m.values.insert(m.values.end(), v.begin(), v.end());
+  };
   for (std::size_t i = 0; i < requests.size(); ++i) {
     for (std::int32_t l = 0; l < model_.num_hidden_layers; ++l) {
       for (std::int32_t h = 0; h < model_.num_key_value_heads; ++h) {
@@ -289,28 +336,42 @@ void PagedKvCache::reserve(std::span<const std::int64_t> requests, std::span<con
         if (!step.empty()) {
           op.evict = step[ops.size()].evict;
           op.demote = step[ops.size()].demote;
+          op.flush = step[ops.size()].flush;
         }
         if (op.demote) {
-          const PageId id = manager_.page_of(op.request, l, h, *op.demote);
-          const PagePool::SlotCodes codes = pool.load_codes(id, op.demote->slot);
-          const KvTier& high = tiers_[kHighTier];
-          demotions.push_back({ops.size(), pool.payload(id, op.demote->slot).position,
-                               decode_row(high.key, model_.head_dim, codes.key, codes.key_meta),
-                               decode_row(high.value, model_.head_dim, codes.value, codes.value_meta)});
+          Moved m{ops.size(), {}, {}, {}};
+          read_high(manager_.page_of(op.request, l, h, *op.demote), op.demote->slot, m);
+          moved.push_back(std::move(m));
+        } else if (op.flush) {
+          // Every live high token, in walk order (the order the flush places them in).
+          Moved m{ops.size(), {}, {}, {}};
+          const PageTable& table = manager_.table(op.request, l, h);
+          for (std::int64_t p = 0; p < table.count(kHighTier); ++p) {
+            const PageId id = table.at(kHighTier, p);
+            for (std::int64_t slot = 0; slot < pool.tokens_per_page(kHighTier); ++slot) {
+              if (pool.live(id, slot)) read_high(id, slot, m);
+            }
+          }
+          if (!m.positions.empty()) moved.push_back(std::move(m));
         }
         ops.push_back(op);
       }
     }
   }
   manager_.decode_step(ops);
-  for (const Demotion& dm : demotions) {
-    const DecodeOp& op = ops[dm.op];
-    const std::optional<SlotRef> slot = manager_.find_slot(op.request, op.layer, op.head, kLowTier, dm.position);
-    if (!slot) {
-      throw std::logic_error(fmt::format("paged KV cache: request {} layer {} head {}: demoted position {} has no low "
-                                         "slot", op.request, op.layer, op.head, dm.position));
+  std::vector<SlotRef> slots;
+  for (const Moved& m : moved) {
+    const DecodeOp& op = ops[m.op];
+    slots.clear();
+    for (const std::int32_t position : m.positions) {
+      const std::optional<SlotRef> slot = manager_.find_slot(op.request, op.layer, op.head, kLowTier, position);
+      if (!slot) {
+        throw std::logic_error(fmt::format("paged KV cache: request {} layer {} head {}: position {} moved to the low "
+                                           "tier has no low slot", op.request, op.layer, op.head, position));
+      }
+      slots.push_back(*slot);
     }
-    store(op.request, op.layer, op.head, *slot, dm.position, dm.key, dm.value);
+    store_block(op.request, op.layer, op.head, kLowTier, slots, m.positions, m.keys, m.values);
   }
 }
 
@@ -370,9 +431,13 @@ void PagedKvCache::head_pages(std::int64_t request, std::int32_t layer, std::int
 
 void PagedKvCache::release(std::int64_t request) {
   if (manager_.has_request(request)) manager_.finish(request);
+  fp8_scales_.erase(request);
 }
 
-void PagedKvCache::preempt(std::int64_t request) { manager_.preempt(request); }
+void PagedKvCache::preempt(std::int64_t request) {
+  manager_.preempt(request);
+  fp8_scales_.erase(request);
+}
 
 std::int64_t PagedKvCache::tokens(std::int64_t request) const {
   return manager_.live_tokens(request, 0, 0, kHighTier) + manager_.live_tokens(request, 0, 0, kLowTier);
@@ -387,9 +452,10 @@ std::int64_t PagedKvCache::Swapped::bytes() const {
 }
 
 PagedKvCache::Swapped PagedKvCache::swap_out(std::int64_t request) {
-  if (policy_.evicts()) {
+  if (!policy_.swappable()) {
     throw std::logic_error(fmt::format("paged KV cache: swap-out of request {} under policy {}: only uniform "
-                                       "policies keep a head's positions packed", request, policy_.name()));
+                                       "policies keep a head's positions packed in one tier", request,
+                                       policy_.name()));
   }
   Swapped out;
   out.tokens = tokens(request);
@@ -419,6 +485,7 @@ PagedKvCache::Swapped PagedKvCache::swap_out(std::int64_t request) {
     }
   }
   manager_.preempt(request);
+  fp8_scales_.erase(request);
   return out;
 }
 
@@ -430,8 +497,16 @@ void PagedKvCache::swap_in(std::int64_t request, const Swapped& swapped) {
   for (std::int32_t l = 0; l < model_.num_hidden_layers; ++l) {
     for (std::int32_t h = 0; h < model_.num_key_value_heads; ++h) {
       for (std::int64_t t = 0; t < swapped.tokens; ++t) {
-        pool.store_codes(manager_.page_of(request, l, h, SlotRef{kHighTier, t / tpp, t % tpp}), t % tpp,
-                         swapped.slots[i++]);
+        const PagePool::SlotCodes& codes = swapped.slots[i++];
+        pool.store_codes(manager_.page_of(request, l, h, SlotRef{kHighTier, t / tpp, t % tpp}), t % tpp, codes);
+        // FP8: a slot's metadata is its head's scale, which later tokens are encoded with.
+        for (int part = 0; part < 2 && t == 0; ++part) {
+          const KvFormat& f = part == 0 ? tiers_[kHighTier].key : tiers_[kHighTier].value;
+          if (f.dtype == KvDType::kFp8E4M3) {
+            std::memcpy(fp8_scale(request, l, h, part), (part == 0 ? codes.key_meta : codes.value_meta).data(),
+                        sizeof(float));
+          }
+        }
       }
     }
   }

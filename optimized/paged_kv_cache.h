@@ -1,14 +1,17 @@
 // The engine's KV cache: every (request, layer, kv-head) of a model in LeanKV's unified pages,
 // through the page manager (optimized/unified_page_manager.h), in the tiers of a policy.
 //
-// Writing a token quantizes its key and value rows into the tier's format (kernels/cpu/quantize.h
-// for INT, fp16 rounding to nearest even, fp32 as is) and stores the codes in the page's tiled
-// layout; reading hands the decode kernel (kernels/cpu/paged_attention.h) the pages of a head in
+// Writing tokens encodes their key and value rows into the tier's format (kernels/cpu/page_encode.h:
+// INT per token, per channel group or per channel over G tokens, FP8 with the head's scale, set
+// by its prompt's amax; fp16 rounding to nearest even; fp32 as is) and stores the codes in the
+// page's tiled layout. A residual policy (KIVI, MiniKV) holds its fp16 residual at high and
+// flushes it to the low tier in whole groups; reading hands the decode kernel (kernels/cpu/paged_attention.h) the pages of a head in
 // walk order, high tier first. NaN or infinite keys and values are rejected with an InputError
 // naming the request, layer, head and position, before anything is stored.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <span>
 #include <vector>
@@ -66,6 +69,7 @@ class PagedKvCache {
   struct StepOps {
     std::optional<SlotRef> evict;
     std::optional<SlotRef> demote;
+    bool flush = false;  // a residual policy's high (fp16) tokens all move to low, group-encoded
   };
   // Reserves, in every head of every listed request, the slot of the token at positions[i].
   // `step`, when not empty, gives per head (request-major, then layer, then kv head) what else the
@@ -110,8 +114,16 @@ class PagedKvCache {
   std::int64_t bytes_held(std::int64_t request) const;
 
  private:
-  void encode(std::int64_t request, std::int32_t layer, std::int32_t head, std::int32_t position, int tier,
-              std::span<const float> key, std::span<const float> value, PagePool::SlotCodes& codes) const;
+  void check_finite(std::int64_t request, std::int32_t layer, std::int32_t head, std::span<const std::int32_t> positions,
+                    std::span<const float> keys, std::span<const float> values) const;
+  // The fp32 FP8 scale of a head's keys (part 0) or values (part 1); 0 until its first block.
+  float* fp8_scale(std::int64_t request, std::int32_t layer, std::int32_t head, int part);
+  // Encodes n tokens' rows ([n][head_dim] each, kernels/cpu/page_encode.h) into the given slots of
+  // one tier: per-channel key groups must be whole groups of consecutive slots. InputError naming
+  // the request, layer, head and position for a non-finite value, before anything is stored.
+  void store_block(std::int64_t request, std::int32_t layer, std::int32_t head, int tier,
+                   std::span<const SlotRef> slots, std::span<const std::int32_t> positions,
+                   std::span<const float> keys, std::span<const float> values);
   void store(std::int64_t request, std::int32_t layer, std::int32_t head, const SlotRef& slot,
              std::int32_t position, std::span<const float> key, std::span<const float> value);
 
@@ -123,6 +135,7 @@ class PagedKvCache {
   std::vector<KvTier> tiers_;
   std::vector<TierRead> tier_reads_;
   UnifiedPageManager manager_;
+  std::map<std::int64_t, std::vector<float>> fp8_scales_;  // request -> [layer][kv head][key, value]
 };
 
 }  // namespace kvcheck

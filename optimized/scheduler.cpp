@@ -34,9 +34,9 @@ Scheduler::Scheduler(ModelRunner& runner, SchedulerConfig config)
   if (!(config_.high_watermark > 0.0 && config_.high_watermark <= 1.0)) {
     throw InputError(fmt::format("scheduler: high_watermark must be in (0, 1], got {}", config_.high_watermark));
   }
-  if (config_.preemption == PreemptionMode::kSwap && cache_.policy().evicts()) {
-    throw InputError(fmt::format("scheduler: preemption by swap needs a policy that keeps every token (policy {} "
-                                 "evicts); use recompute or auto", cache_.policy().name()));
+  if (config_.preemption == PreemptionMode::kSwap && !cache_.policy().swappable()) {
+    throw InputError(fmt::format("scheduler: preemption by swap needs a policy that keeps every token in one tier "
+                                 "(policy {} does not); use recompute or auto", cache_.policy().name()));
   }
 }
 
@@ -181,7 +181,7 @@ void Scheduler::preempt(Running& r) {
   const std::int64_t ctx = context(r);
   const std::int64_t held = cache_.bytes_held(r.request.id);
   PreemptionMode mode = config_.preemption;
-  const bool evicts = cache_.policy().evicts();
+  const bool evicts = !cache_.policy().swappable();
   if (mode == PreemptionMode::kAuto) {
     // Swap restores packed heads only; an evicting policy's heads are replayed instead.
     mode = evicts || ctx <= config_.recompute_max_tokens ? PreemptionMode::kRecompute : PreemptionMode::kSwap;
@@ -190,7 +190,7 @@ void Scheduler::preempt(Running& r) {
                   "(recompute at <= {} tokens{})",
                   r.request.id, preemption_mode_name(mode), ctx, held, cache_.free_pages(), cache_.pool_pages(),
                   preemption_mode_name(config_.preemption), config_.recompute_max_tokens,
-                  evicts ? ", always for an evicting policy" : ""));
+                  evicts ? ", always for a policy that evicts or splits tiers" : ""));
   if (mode == PreemptionMode::kSwap) {
     r.swapped = cache_.swap_out(r.request.id);
     stats_.swapped_bytes += r.swapped->bytes();

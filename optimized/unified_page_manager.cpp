@@ -247,6 +247,9 @@ void UnifiedPageManager::decode_step(std::span<const DecodeOp> ops) {
     const std::string where = h.table.key().where();
     if (!requests_.at(op.request).prompted) throw input_error(where, "decode step", "the prompt phase has not run");
     if (!seen.insert(&h).second) throw input_error(where, "decode step", "two ops for one head in one step");
+    if (op.flush && (op.evict || op.demote)) {
+      throw input_error(where, "flush", "moves every high token to low; it takes no victim or demotion");
+    }
     if (op.evict) validate_slot(h, *op.evict, "evict");
     if (op.demote) {
       validate_slot(h, *op.demote, "demote");
@@ -255,14 +258,24 @@ void UnifiedPageManager::decode_step(std::span<const DecodeOp> ops) {
     }
     heads.push_back(&h);
   }
-  // Planning: which tier needs a page (at most one per head).
+  // Planning: which tier needs a page (at most one per head), or for a flush, the low pages
+  // that take every high token and the high pages freed (all but the first, which the new token
+  // uses).
   const auto n = static_cast<std::int64_t>(ops.size());
   std::vector<int> page_tier(ops.size(), -1);
-  std::vector<std::int64_t> allocate(ops.size(), 0);
+  std::vector<std::int64_t> allocate(ops.size(), 0), recycle(ops.size(), 0);
+  std::vector<bool> flushing(ops.size(), false);
   for_each_head(n, config_.compaction, [&](std::int64_t k) {
     const auto i = static_cast<std::size_t>(k);
     const DecodeOp& op = ops[i];
     const HeadState& h = *heads[i];
+    if (op.flush && h.live[kHighTier] > 0) {
+      flushing[i] = true;
+      allocate[i] = std::max<std::int64_t>(
+          0, pages_for(h.live[kLowTier] + h.live[kHighTier], tpp[kLowTier]) - h.table.count(kLowTier));
+      recycle[i] = h.table.count(kHighTier) - 1;
+      return;
+    }
     std::int64_t live[2] = {h.live[0], h.live[1]};
     if (op.evict) live[op.evict->tier] -= 1;
     if (op.demote) {
@@ -273,16 +286,44 @@ void UnifiedPageManager::decode_step(std::span<const DecodeOp> ops) {
     allocate[i] = page_tier[i] >= 0 ? 1 : 0;
   });
   for (std::size_t i = 0; i < ops.size(); ++i) {
-    if (allocate[i] > 0) heads[i]->table.require_room(1);
+    if (allocate[i] > 0) heads[i]->table.require_room(allocate[i]);
   }
-  const std::vector<std::int64_t> none(ops.size(), 0);
-  record(kvcheck::compact(list_, allocate, none, config_.compaction, [&](std::int64_t k, std::int64_t at, std::int64_t) {
+  record(kvcheck::compact(list_, allocate, recycle, config_.compaction, [&](std::int64_t k, std::int64_t at,
+                                                                             std::int64_t to) {
     const auto i = static_cast<std::size_t>(k);
-    if (page_tier[i] < 0) return;
     HeadState& h = *heads[i];
-    const PageId id = list_.id_at(at);
-    pool_.format(id, PageOwner{h.table.key(), page_tier[i]});
-    h.table.push(page_tier[i], id);
+    if (!flushing[i]) {
+      if (page_tier[i] < 0) return;
+      const PageId id = list_.id_at(at);
+      pool_.format(id, PageOwner{h.table.key(), page_tier[i]});
+      h.table.push(page_tier[i], id);
+      return;
+    }
+    for (std::int64_t j = 0; j < allocate[i]; ++j) {
+      const PageId id = list_.id_at(at + j);
+      pool_.format(id, PageOwner{h.table.key(), kLowTier});
+      h.table.push(kLowTier, id);
+    }
+    // Every live high token, in walk order, into the first dead low slots.
+    for (std::int64_t p = 0; p < h.table.count(kHighTier); ++p) {
+      const PageId from = h.table.at(kHighTier, p);
+      for (std::int64_t s = 0; s < tpp[kHighTier]; ++s) {
+        if (!pool_.live(from, s)) continue;
+        const TokenPayload payload = pool_.backed() ? pool_.payload(from, s) : TokenPayload{};
+        pool_.kill(from, s);
+        const SlotRef dst = free_slot(h, kLowTier).value();
+        pool_.put(h.table.at(kLowTier, dst.page_index), dst.slot, payload);
+      }
+    }
+    h.live[kLowTier] += h.live[kHighTier];
+    h.live[kHighTier] = 0;
+    std::vector<PageId> surplus;
+    while (h.table.count(kHighTier) > 1) surplus.push_back(h.table.pop(kHighTier));
+    std::int64_t written = 0;
+    for (auto it = surplus.rbegin(); it != surplus.rend(); ++it) {
+      list_.put_at(to + written++, *it);
+      pool_.release(*it);
+    }
   }));
   // The tokens: evict, demote, append.
   for_each_head(n, config_.compaction, [&](std::int64_t k) {

@@ -12,7 +12,9 @@
 //   decode_step    per head: optionally evict a live slot, optionally demote a live high token to
 //                  low (it takes a free low slot), then append the new token at high (a free slot:
 //                  the one a victim or the demoted token left, if any). At most one new page per
-//                  head per step; nothing is recycled during generation;
+//                  head per step; nothing is recycled during generation, except by a flush
+//                  (KIVI's fp16 residual, held at high, moved to low all at once: the low pages it
+//                  needs are allocated and the emptied high pages but one recycled in the round);
 //   compact        per head and tier, live slots move into the outermost ceil(live / tpp) pages
 //                  and the emptied pages are recycled;
 //   finish/preempt every page of the request returns to the free list.
@@ -75,6 +77,10 @@ struct DecodeOp {
   TokenPayload token;              // the new token, appended at high precision
   std::optional<SlotRef> evict;    // a live slot to drop (its slot is reused)
   std::optional<SlotRef> demote;   // a live high slot to move to low (re-quantized by the caller)
+  // KIVI's residual flush: every live high token moves to low (in walk order, into the first
+  // dead low slots; re-encoded by the caller) before the append; the high pages but the first
+  // are recycled. Excludes evict and demote.
+  bool flush = false;
 };
 
 struct TierStats {

@@ -2,6 +2,7 @@
 #include "oracles/quantize_ref.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -138,10 +139,17 @@ double e4m3_value_ref(std::uint8_t code) {
 }
 
 std::uint8_t e4m3_from_float_ref(float y) {
+  // The value of every finite non-negative code, computed once (the per-step oracle calls this
+  // for every held element of every step).
+  static const std::array<double, 0x7F> values = [] {
+    std::array<double, 0x7F> v{};
+    for (std::uint8_t c = 0; c <= 0x7E; ++c) v[c] = e4m3_value_ref(c);
+    return v;
+  }();
   const double a = std::fabs(double{y});
   std::uint8_t best = 0;
   for (std::uint8_t c = 1; c <= 0x7E; ++c) {  // every finite non-negative code, in increasing order
-    const double d = std::fabs(e4m3_value_ref(c) - a), d_best = std::fabs(e4m3_value_ref(best) - a);
+    const double d = std::fabs(values[c] - a), d_best = std::fabs(values[best] - a);
     if (d < d_best || (d == d_best && (c & 1) == 0)) best = c;
   }
   return static_cast<std::uint8_t>((std::signbit(y) ? 0x80 : 0) | best);

@@ -33,6 +33,7 @@
 #include <set>
 #include <tuple>
 
+#include "oracles/held_rows_ref.h"
 #include "oracles/step_oracle.h"
 #include "optimized/engine.h"
 #include "optimized/eviction_policies.h"
@@ -55,8 +56,22 @@ struct PolicyCase {
 
 PolicyCase gen_policy() {
   PolicyCase p;
-  p.kind = *rc::gen::element<std::string>("streaming", "h2o", "snapkv", "pyramidkv", "leankv", "xkv");
-  if (p.kind == "xkv") {
+  p.kind = *rc::gen::element<std::string>("streaming", "h2o", "snapkv", "pyramidkv", "leankv", "xkv", "fp8", "kivi",
+                                          "minikv");
+  if (p.kind == "fp8") {
+    p.spec = "fp8";
+  } else if (p.kind == "kivi") {
+    p.a = 16;  // G: the smallest group; the tiny heads have 8 or 16 channels
+    p.b = *rc::gen::element<std::int64_t>(16, 32);  // n_r
+    p.spec = fmt::format("kivi{}:group={},residual={}", *rc::gen::element(2, 4), p.a, p.b);
+  } else if (p.kind == "minikv") {
+    p.a = *rc::gen::inRange<std::int64_t>(2, 24);   // budget
+    p.b = *rc::gen::element<std::int64_t>(16, 32);  // n_r
+    p.recent = *rc::gen::element(0.25, 0.5, 1.0);
+    p.alpha_h = *rc::gen::element(1.0, 4.0);        // pyramid ratio
+    p.spec = fmt::format("minikv:budget={},recent={},pyramid={},residual={},value_group=8", p.a, p.recent, p.alpha_h,
+                         p.b);
+  } else if (p.kind == "xkv") {
     p.b = *rc::gen::inRange<std::int64_t>(1, 6);
     p.a = p.b + *rc::gen::inRange<std::int64_t>(1, 10);
     p.c = *rc::gen::element<std::int64_t>(1, 3, 7);
@@ -160,7 +175,8 @@ std::string check_case(const EvictionCase& ec, const PolicyCase& pc, std::unique
   const ModelConfig config = testing::tiny_config(ec.shape);
   const ReferenceModel model = testing::tiny_model(config, ec.seed);
   EngineOptions o;
-  o.page_bytes = ec.page_bytes;
+  // A per-channel key group of 16 tokens needs a page of more than a few hundred bytes.
+  o.page_bytes = pc.kind == "kivi" || pc.kind == "minikv" ? 8 * ec.page_bytes : ec.page_bytes;
   o.pages = 512;
   o.threads = 1;
   o.poison = true;
@@ -181,6 +197,7 @@ std::string check_case(const EvictionCase& ec, const PolicyCase& pc, std::unique
   std::map<std::pair<std::int32_t, std::int32_t>, std::int64_t> last_high_pages;
   std::set<std::tuple<std::int32_t, std::int32_t, std::int32_t>> demoted;  // (layer, head, position)
   std::map<std::pair<std::int32_t, std::int32_t>, std::set<std::int32_t>> xkv_prompt;  // (layer, head)
+  std::map<std::pair<std::int32_t, std::int32_t>, std::set<std::int32_t>> low_tier;    // residual policies
   std::int64_t checks = 0;
   std::string failure;
   RunnerTrace trace;
@@ -230,6 +247,57 @@ std::string check_case(const EvictionCase& ec, const PolicyCase& pc, std::unique
       }
       for (std::int32_t j = std::max<std::int32_t>(0, p - static_cast<std::int32_t>(pc.b) + 1); j <= p; ++j) {
         if (!held.contains(j)) fail(at + fmt::format(": h2o dropped recent position {}", j));
+      }
+    } else if (pc.kind == "fp8") {
+      for (const LiveToken& t : live) {
+        if (t.tier != 0) fail(at + ": fp8 holds a token in a second tier");
+      }
+      if (static_cast<std::int32_t>(held.size()) != p + 1) fail(at + ": fp8 dropped a token");
+    } else if (pc.kind == "kivi" || pc.kind == "minikv") {
+      // The residual (tier 0) holds 1..n_r tokens; tier 1 whole groups of G, append-only.
+      const std::int64_t G = pc.kind == "kivi" ? pc.a : 16;
+      std::set<std::int32_t> low;
+      for (const LiveToken& t : live) {
+        if (t.tier == 1) low.insert(t.position);
+      }
+      const auto residual = static_cast<std::int64_t>(live.size() - low.size());
+      if (residual < 1 || residual > pc.b) fail(at + fmt::format(": residual of {} tokens, n_r {}", residual, pc.b));
+      if (static_cast<std::int64_t>(low.size()) % G != 0) fail(at + fmt::format(": {} quantized tokens", low.size()));
+      auto& before = low_tier[{s.layer, s.kv_head}];
+      if (!std::includes(low.begin(), low.end(), before.begin(), before.end())) {
+        fail(at + ": a quantized token left the quantized tier");
+      }
+      before = low;
+      for (std::int32_t j = static_cast<std::int32_t>(T); j <= p; ++j) {
+        if (!held.contains(j)) fail(at + fmt::format(": {} dropped generated position {}", pc.kind, j));
+      }
+      std::set<std::int32_t> prompt_part;
+      for (std::int32_t j : held) {
+        if (j < T) prompt_part.insert(j);
+      }
+      if (pc.kind == "kivi") {
+        if (static_cast<std::int64_t>(held.size()) != p + 1) fail(at + ": kivi dropped a token");
+        // The oldest tokens are the quantized ones.
+        for (std::int32_t j : low) {
+          if (j >= static_cast<std::int32_t>(low.size())) fail(at + fmt::format(": quantized position {} is not among the oldest", j));
+        }
+      } else {
+        const std::int64_t recent = std::clamp<std::int64_t>(std::llround(static_cast<double>(pc.a) * pc.recent), 1, pc.a);
+        const std::int64_t budget =
+            pc.alpha_h > 1.0 ? pyramid_budgets(pc.a, pc.alpha_h, recent, static_cast<std::int32_t>(config.num_hidden_layers))
+                                   .at(static_cast<std::size_t>(s.layer))
+                             : pc.a;
+        if (static_cast<std::int64_t>(prompt_part.size()) != std::min<std::int64_t>(T, budget)) {
+          fail(at + fmt::format(": minikv holds {} prompt tokens, budget {}", prompt_part.size(), budget));
+        }
+        const std::int64_t window = T <= budget ? T : std::clamp<std::int64_t>(std::llround(static_cast<double>(budget) * pc.recent), 1, budget);
+        for (std::int32_t j = static_cast<std::int32_t>(T - window); j < T; ++j) {
+          if (!prompt_part.contains(j)) fail(at + fmt::format(": minikv dropped recent prompt position {}", j));
+        }
+        HeadHistory& h = history[{s.layer, s.kv_head}];
+        if (h.seen && prompt_part != h.prompt_kept) fail(at + ": minikv changed its prompt tokens during decode");
+        h.prompt_kept = prompt_part;
+        h.seen = true;
       }
     } else if (pc.kind == "xkv") {  // per-layer budgets: checked over the layers at the end
       std::set<std::int32_t> prompt_part;
@@ -335,19 +403,14 @@ std::string check_case(const EvictionCase& ec, const PolicyCase& pc, std::unique
     std::map<std::int32_t, int> tier_of;
     for (std::size_t i = 0; i < live.size(); ++i) tier_of[live[i].position] = slots[i].tier;
     std::vector<std::int32_t> held_list(held.begin(), held.end());
+    std::vector<HeldToken> held_tokens;
     for (std::int32_t j : held_list) {
-      std::vector<float> kr(ctx_k.begin() + j * d, ctx_k.begin() + (j + 1) * d);
-      std::vector<float> vr(ctx_v.begin() + j * d, ctx_v.begin() + (j + 1) * d);
-      const std::span<const TierRead> tiers = e->cache->tiers();
-      if (tier_of[j] == kLowTier && demoted.contains({s.layer, s.kv_head, j})) {
-        kr = stored_row_ref(tiers[kHighTier].tier.key, kr);
-        vr = stored_row_ref(tiers[kHighTier].tier.value, vr);
-      }
-      kr = stored_row_ref(tiers[static_cast<std::size_t>(tier_of[j])].tier.key, kr);
-      vr = stored_row_ref(tiers[static_cast<std::size_t>(tier_of[j])].tier.value, vr);
-      held_k.insert(held_k.end(), kr.begin(), kr.end());
-      held_v.insert(held_v.end(), vr.begin(), vr.end());
+      held_tokens.push_back(HeldToken{j, tier_of[j], tier_of[j] == kLowTier && demoted.contains({s.layer, s.kv_head, j})});
     }
+    std::vector<KvTier> tier_list;
+    for (const TierRead& t : e->cache->tiers()) tier_list.push_back(t.tier);
+    held_rows_ref(HeldRowsSpec{tier_list, e->cache->policy().residual_tokens() > 0, T, d}, ctx_k, ctx_v, held_tokens,
+                  held_k, held_v);
     DecodeStepInputs in;
     in.group = group;
     in.head_dim = d;
@@ -409,6 +472,7 @@ class PlantedBug : public KvPolicy {
   std::string description() const override { return "planted bug in " + inner_->name(); }
   std::vector<KvTier> tiers() const override { return inner_->tiers(); }
   bool evicts() const override { return inner_->evicts(); }
+  std::int64_t residual_tokens() const override { return inner_->residual_tokens(); }
   std::int64_t observation_window() const override { return inner_->observation_window(); }
   std::vector<std::int32_t> select_prompt(std::int32_t layer, std::int64_t n, const PromptScores& s) const override {
     return inner_->select_prompt(layer, n, s);
@@ -493,6 +557,30 @@ class HoardingLeanKv final : public PlantedBug {
   }
 };
 
+// KIVI flushing its residual one group late (it then holds up to n_r + G fp16 tokens; a flush of
+// a partial group the cache refuses outright).
+class LateFlushKivi final : public PlantedBug {
+ public:
+  using PlantedBug::PlantedBug;
+  StepDecision decide_step(std::int32_t l, std::span<const LiveToken> live, std::int32_t p) const override {
+    const auto residual = std::count_if(live.begin(), live.end(), [](const LiveToken& t) { return t.tier == 0; });
+    StepDecision d = inner_->decide_step(l, live, p);
+    d.flush = residual >= inner_->residual_tokens() + 16;
+    return d;
+  }
+};
+
+// MiniKV evicting its oldest prompt token while decoding (selection is meant to persist).
+class DecodingMiniKv final : public PlantedBug {
+ public:
+  using PlantedBug::PlantedBug;
+  StepDecision decide_step(std::int32_t l, std::span<const LiveToken> live, std::int32_t p) const override {
+    StepDecision d = inner_->decide_step(l, live, p);
+    if (!d.flush && live.size() > 20 && live[0].tier == 0) d.evict = 0;
+    return d;
+  }
+};
+
 // Streaming's prompt selection forgetting the sinks.
 class SinklessStreaming final : public PlantedBug {
  public:
@@ -551,6 +639,11 @@ TEST(EvictionProps, PlantedBugsAreCaught) {
        [](auto p) { return std::make_unique<ProudLeanKv>(std::move(p)); }},
       {"leankv keeps an insignificant low victim", leankv_case(),
        [](auto p) { return std::make_unique<HoardingLeanKv>(std::move(p)); }},
+      {"kivi flushes its residual one group late", policy_case("kivi", 16, 16, 0, "kivi2:group=16,residual=16"),
+       [](auto p) { return std::make_unique<LateFlushKivi>(std::move(p)); }},
+      {"minikv evicts while decoding",
+       policy_case("minikv", 8, 16, 0.5, "minikv:budget=8,recent=0.5,residual=16,value_group=8"),
+       [](auto p) { return std::make_unique<DecodingMiniKv>(std::move(p)); }},
   };
   std::mt19937_64 rng(20261123);
   for (const Planted& bug : planted) {

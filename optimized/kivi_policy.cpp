@@ -1,0 +1,108 @@
+#include "optimized/kivi_policy.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "optimized/eviction_policies.h"
+
+namespace kvcheck {
+namespace {
+
+class ResidualPolicy : public KvPolicy {
+ public:
+  explicit ResidualPolicy(const KiviParams& p) : p_(p) {}
+  std::vector<KvTier> tiers() const override {
+    const KvFormat values = p_.value_group > 0 ? int_format(per_token_group(p_.bits, static_cast<int>(p_.value_group)))
+                                               : int_format(per_token(p_.bits));
+    return {KvTier{fp16_format(), fp16_format()},
+            KvTier{int_format(per_channel(p_.bits, static_cast<int>(p_.group))), values}};
+  }
+  std::int64_t residual_tokens() const override { return p_.residual; }
+  StepDecision decide_step(std::int32_t, std::span<const LiveToken> live, std::int32_t) const override {
+    const auto residual = std::count_if(live.begin(), live.end(), [](const LiveToken& t) { return t.tier == 0; });
+    StepDecision d;
+    d.flush = residual >= p_.residual;
+    return d;
+  }
+
+ protected:
+  // The kept positions (ascending) split: whole groups quantized, the rest in the residual.
+  PromptSelection split(std::vector<std::int32_t> kept) const {
+    const auto quantized = static_cast<std::ptrdiff_t>(static_cast<std::int64_t>(kept.size()) / p_.group * p_.group);
+    PromptSelection s;
+    s.low.assign(kept.begin(), kept.begin() + quantized);
+    s.high.assign(kept.begin() + quantized, kept.end());
+    return s;
+  }
+  std::string quant_description() const {
+    return fmt::format("keys int{} per channel over {} tokens, values int{} {}, fp16 residual of {} tokens", p_.bits,
+                       p_.group, p_.bits,
+                       p_.value_group > 0 ? fmt::format("per {} channels", p_.value_group) : std::string("per token"),
+                       p_.residual);
+  }
+  KiviParams p_;
+};
+
+class KiviPolicy final : public ResidualPolicy {
+ public:
+  using ResidualPolicy::ResidualPolicy;
+  std::string name() const override {
+    return fmt::format("kivi{}:group={},residual={}", p_.bits, p_.group, p_.residual);
+  }
+  std::string description() const override { return "KIVI: every token kept; " + quant_description(); }
+  PromptSelection select_prompt_tiers(std::int32_t, std::int64_t n, const PromptScores&) const override {
+    std::vector<std::int32_t> all(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) all[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i);
+    return split(std::move(all));
+  }
+};
+
+class MiniKvPolicy final : public ResidualPolicy {
+ public:
+  MiniKvPolicy(const KiviParams& q, const MiniKvParams& s) : ResidualPolicy(q), s_(s) {}
+  std::string name() const override {
+    return fmt::format("minikv:budget={},recent={},pyramid={},group={},value_group={},residual={}", s_.budget,
+                       s_.recent, s_.pyramid, p_.group, p_.value_group, p_.residual);
+  }
+  std::string description() const override {
+    return "MiniKV: heavy hitters and a recent window chosen once at prefill; " + quant_description();
+  }
+  bool evicts() const override { return true; }
+  PromptSelection select_prompt_tiers(std::int32_t layer, std::int64_t n, const PromptScores& s) const override {
+    std::int64_t budget = s_.budget;
+    if (s_.pyramid > 1.0) {
+      const auto recent = std::max<std::int64_t>(1, std::llround(static_cast<double>(s_.budget) * s_.recent));
+      budget = pyramid_budgets(s_.budget, s_.pyramid, recent, s.num_layers)[static_cast<std::size_t>(layer)];
+    }
+    return split(minikv_select(s.all, n, budget, s_.recent));
+  }
+
+ private:
+  MiniKvParams s_;
+};
+
+}  // namespace
+
+std::vector<std::int32_t> minikv_select(std::span<const float> scores, std::int64_t n, std::int64_t budget,
+                                        double recent) {
+  std::vector<std::int32_t> kept;
+  if (n <= budget) {
+    for (std::int64_t i = 0; i < n; ++i) kept.push_back(static_cast<std::int32_t>(i));
+    return kept;
+  }
+  const std::int64_t window =
+      std::clamp<std::int64_t>(std::llround(static_cast<double>(budget) * recent), 1, budget);
+  kept = top_positions(scores, n - window, budget - window);
+  for (std::int64_t i = n - window; i < n; ++i) kept.push_back(static_cast<std::int32_t>(i));
+  return kept;
+}
+
+std::unique_ptr<KvPolicy> make_kivi_policy(const KiviParams& params) { return std::make_unique<KiviPolicy>(params); }
+
+std::unique_ptr<KvPolicy> make_minikv_policy(const KiviParams& quant, const MiniKvParams& selection) {
+  return std::make_unique<MiniKvPolicy>(quant, selection);
+}
+
+}  // namespace kvcheck
