@@ -72,9 +72,17 @@ TEST(VerifyCli, Int4IsVisiblyWorseThanInt8) {
 // budgets to evict: the per-step oracle checks every decode step, layer and kv head.
 TEST(VerifyCli, PerStepOracleHoldsForEveryRegisteredPolicy) {
   TempDir dir;
-  for (const std::string& policy : policy_names()) {
-    const auto out = dir / (policy + ".json");
-    const auto run = run_kvcheck("verify --verify-each-step --policy " + policy +
+  std::vector<std::string> specs = policy_names();
+  // The residual policies' defaults (n_r = 128) never flush in 32 steps: smaller residuals do,
+  // several times, with groups of 16 and 32 and MiniKV's pyramid.
+  for (const char* s : {"kivi2:residual=32", "kivi4:group=16,residual=16", "minikv:budget=40,residual=16",
+                        "minikv:budget=48,pyramid=4,residual=32"}) {
+    specs.emplace_back(s);
+  }
+  int n = 0;
+  for (const std::string& policy : specs) {
+    const auto out = dir / (std::to_string(n++) + ".json");
+    const auto run = run_kvcheck("verify --verify-each-step --policy " + testing::shell_quote(policy) +
                                  " --prompts 3 --prompt-tokens 96 --max-new-tokens 32 --json " + testing::shell_quote(out));
     ASSERT_EQ(run.code, 0) << policy << "\n" << run.output;
     const json j = read_json_file(out);

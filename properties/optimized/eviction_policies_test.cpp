@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "optimized/eviction_policies.h"
+#include "optimized/kivi_policy.h"
 #include "optimized/kv_policy.h"
 #include "optimized/leankv_policy.h"
 #include "reference/errors.h"
@@ -160,6 +161,67 @@ TEST(EvictionRules, LeanKvAlgorithmOneCandidateAndVictim) {
   d = p->decide_step(0, live, 10);
   EXPECT_EQ(d.evict, std::nullopt);
   EXPECT_EQ(d.demote, std::nullopt);
+}
+
+TEST(ResidualPolicies, KiviSplitsThePromptIntoWholeGroupsAndFlushesAFullResidual) {
+  const auto p = make_policy("kivi2:group=16,residual=32");
+  EXPECT_EQ(p->residual_tokens(), 32);
+  EXPECT_FALSE(p->evicts());
+  EXPECT_TRUE(p->selects_prompt());
+  EXPECT_FALSE(p->swappable());
+  ASSERT_EQ(p->tiers().size(), 2U);
+  EXPECT_EQ(kv_tier_name(p->tiers()[0]), kv_tier_name(KvTier{fp16_format(), fp16_format()}));
+  EXPECT_EQ(kv_format_name(p->tiers()[1].key), "int2/channel-G16");
+  EXPECT_EQ(kv_format_name(p->tiers()[1].value), "int2/token");
+  // 37 prompt tokens: 32 quantized (two groups), 5 in the residual.
+  const PromptSelection s = p->select_prompt_tiers(0, 37, PromptScores{});
+  ASSERT_EQ(s.low.size(), 32U);
+  EXPECT_EQ(s.low.front(), 0);
+  EXPECT_EQ(s.low.back(), 31);
+  EXPECT_EQ(s.high, (Positions{32, 33, 34, 35, 36}));
+  // Flush exactly when the residual (tier 0) holds n_r tokens, and never evict.
+  std::vector<LiveToken> live;
+  for (int i = 0; i < 16; ++i) live.push_back({i, 0.0f, 1});
+  for (int i = 16; i < 47; ++i) live.push_back({i, 0.0f, 0});
+  EXPECT_FALSE(p->decide_step(0, live, 47).flush);  // 31 residual tokens
+  live.push_back({47, 0.0f, 0});
+  const StepDecision d = p->decide_step(0, live, 48);
+  EXPECT_TRUE(d.flush);
+  EXPECT_FALSE(d.evict.has_value());
+  EXPECT_FALSE(d.demote.has_value());
+}
+
+TEST(ResidualPolicies, MiniKvKeepsHeavyHittersAndARecentWindowOnce) {
+  // 10 tokens, budget 4 with half recent: 8 and 9, then the two heaviest of 0..7 (ties: older).
+  const std::vector<float> all = {0.5f, 0.1f, 0.9f, 0.2f, 0.5f, 0.0f, 0.3f, 0.1f, 0.0f, 0.0f};
+  EXPECT_EQ(minikv_select(all, 10, 4, 0.5), (Positions{0, 2, 8, 9}));
+  EXPECT_EQ(minikv_select(all, 10, 4, 0.0), (Positions{0, 2, 4, 9}));  // at least one recent
+  EXPECT_EQ(minikv_select(all, 3, 4, 0.5), (Positions{0, 1, 2}));
+  const auto p = make_policy("minikv:budget=20,group=16,residual=16");
+  EXPECT_TRUE(p->evicts());
+  EXPECT_EQ(kv_format_name(p->tiers()[1].value), "int2/group-g16");
+  // 20 kept of 40: 16 quantized, 4 in the residual (the 4 most recent of the kept ones).
+  std::vector<float> scores(40, 0.0f);
+  const PromptSelection s = p->select_prompt_tiers(0, 40, PromptScores{scores, {}, 1});
+  EXPECT_EQ(s.low.size(), 16U);
+  EXPECT_EQ(s.high, (Positions{36, 37, 38, 39}));
+}
+
+TEST(ResidualPolicies, SpecsNameWhatIsWrong) {
+  auto message = [](const std::string& spec) {
+    try {
+      make_policy(spec);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message("kivi2:group=24").find("group must be 16, 32 or 128"), std::string::npos);
+  EXPECT_NE(message("kivi4:group=32,residual=48").find("residual must be a multiple of group (32)"),
+            std::string::npos);
+  EXPECT_NE(message("minikv:pyramid=0.5").find("'pyramid' = 0.5 is outside"), std::string::npos);
+  EXPECT_EQ(make_policy("fp8")->tiers().size(), 1U);
+  EXPECT_TRUE(make_policy("fp8")->swappable());
 }
 
 }  // namespace

@@ -158,5 +158,46 @@ TEST(UnifiedPageManager, BadInputNamesTheHead) {
   EXPECT_THROW(m.finish(5), InputError);
 }
 
+// KIVI's residual flush: 4 tokens per high page, 8 per low page. Head 0 holds 6 prompt tokens at
+// high (pages 2) and 0 low; a flush moves all 6 to low in walk (position) order (one low page
+// allocated), recycles the second high page and appends the new token in the first.
+TEST(UnifiedPageManager, FlushMovesEveryHighTokenToLowAndRecyclesHighPages) {
+  for (CompactionMode mode : {CompactionMode::kParallel, CompactionMode::kSequential}) {
+    UnifiedPageManager m(figure5_config(mode));
+    m.admit(0);
+    PromptRequest p{0, 6, {{6, 0, {}, {}}, {6, 0, {}, {}}}};
+    m.prompt_phase({&p, 1});
+    ASSERT_EQ(m.table(0, 0, 0).count(kHighTier), 2);
+    const std::int64_t free_before = m.free_list().free_count();
+    DecodeOp flush{0, 0, 0, TokenPayload{6, 0.0f}, std::nullopt, std::nullopt, true};
+    DecodeOp plain{0, 0, 1, TokenPayload{6, 0.0f}, std::nullopt, std::nullopt, false};
+    const std::vector<DecodeOp> ops{flush, plain};
+    m.decode_step(ops);
+    const PageTable& t = m.table(0, 0, 0);
+    EXPECT_EQ(t.count(kHighTier), 1);
+    EXPECT_EQ(t.count(kLowTier), 1);
+    EXPECT_EQ(m.live_tokens(0, 0, 0, kHighTier), 1);
+    EXPECT_EQ(m.live_tokens(0, 0, 0, kLowTier), 6);
+    // One low page taken, one high page back: the free count is unchanged.
+    EXPECT_EQ(m.free_list().free_count(), free_before);
+    for (std::int32_t pos = 0; pos < 6; ++pos) {
+      const std::optional<SlotRef> s = m.find_slot(0, 0, 0, kLowTier, pos);
+      ASSERT_TRUE(s.has_value()) << pos;
+      EXPECT_EQ(*s, (SlotRef{kLowTier, 0, pos})) << "flushed tokens keep their order";
+    }
+    EXPECT_EQ(m.find_slot(0, 0, 0, kHighTier, 6), (SlotRef{kHighTier, 0, 0}));
+    // The other head was not flushed: its 7th token went into its second high page.
+    EXPECT_EQ(m.live_tokens(0, 0, 1, kHighTier), 7);
+    EXPECT_EQ(m.table(0, 0, 1).count(kLowTier), 0);
+    // A flush takes no victim.
+    DecodeOp bad = flush;
+    bad.token.position = 7;
+    bad.evict = SlotRef{kLowTier, 0, 0};
+    EXPECT_THROW(m.decode_step({&bad, 1}), InputError);
+    m.finish(0);
+    EXPECT_EQ(m.free_list().free_count(), 10);
+  }
+}
+
 }  // namespace
 }  // namespace kvcheck
