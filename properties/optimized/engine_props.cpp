@@ -52,10 +52,14 @@ rc::Gen<Workload> gen_workload(bool evicting = true) {
                                                          "snapkv:budget=10,window=4,pool=3",
                                                          "pyramidkv:budget=8,ratio=4,window=2,pool=3",
                                                          "leankv:alpha_h=1,alpha_l=0.3,window=4",
-                                                         "xkv:budget=8,window=2,pool=3")
-                        : *rc::gen::element<std::string>("full-fp32", "full-fp16", "int8", "int4");
-    // Small pages, so that requests span several pages and awkward token counts per page occur.
+                                                         "xkv:budget=8,window=2,pool=3", "fp8",
+                                                         "kivi2:group=16,residual=16",
+                                                         "minikv:budget=8,residual=16,value_group=8")
+                        : *rc::gen::element<std::string>("full-fp32", "full-fp16", "fp8", "int8", "int4");
+    // Small pages, so that requests span several pages and awkward token counts per page occur
+    // (a per-channel key group of 16 tokens needs a larger one).
     w.page_bytes = *rc::gen::element<std::int64_t>(256, 512, 1024);
+    if (w.policy.starts_with("kivi") || w.policy.starts_with("minikv")) w.page_bytes *= 4;
     return w;
   });
 }
