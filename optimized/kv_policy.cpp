@@ -14,6 +14,7 @@
 #include "optimized/eviction_policies.h"
 #include "optimized/kivi_policy.h"
 #include "optimized/leankv_policy.h"
+#include "optimized/spvllm_policy.h"
 #include "optimized/xkv_policy.h"
 #include "reference/errors.h"
 
@@ -72,6 +73,7 @@ struct Param {
   double min, max;
   bool integer;
   std::string help;
+  std::vector<std::string> choices = {};  // a named choice: the value is the index of the name given
 };
 
 // The parameters of one spec, defaults overridden by `key=value` pairs.
@@ -95,6 +97,15 @@ class Params {
                                      keys.empty() ? std::string("none") : fmt::format("{}", fmt::join(keys, ", "))));
       }
       const std::string text = eq == std::string::npos ? std::string() : item.substr(eq + 1);
+      if (!d->choices.empty()) {
+        const auto c = std::find(d->choices.begin(), d->choices.end(), text);
+        if (c == d->choices.end()) {
+          throw InputError(fmt::format("policy '{}': parameter '{}' must be one of {}, got '{}'", policy, key,
+                                       fmt::join(d->choices, ", "), text));
+        }
+        values_[key] = static_cast<double>(c - d->choices.begin());
+        continue;
+      }
       double v = 0.0;
       const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
       if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || !std::isfinite(v)) {
@@ -218,6 +229,18 @@ const std::vector<Entry>& registry() {
                    b = std::max<std::int64_t>(2, b);
                    return fmt::format("xkv:budget={},window={}", b, std::min<std::int64_t>(8, b / 2));
                  }});
+    std::vector<std::string> strategies;
+    for (const SlotStrategy st : kAllSlotStrategies) strategies.push_back(slot_strategy_name(st));
+    e.push_back({"spvllm", "SpvLLM: H2O's eviction with one of SpvLLM's four slot strategies, fp16",
+                 {{"budget", 64, 1, kMaxTokens, true, "tokens per head"},
+                  {"recent", 0.5, 0, 1, false, "share of the budget for the most recent positions (at least one)"},
+                  {"strategy", 3, 0, 3, true, "what happens to an evicted slot: no-op, free-block, sparse-copy, slot-reuse",
+                   strategies}},
+                 [](const Params& p) {
+                   return make_spvllm_policy(p.integer("budget"), p["recent"],
+                                             kAllSlotStrategies[static_cast<std::size_t>(p.integer("strategy"))]);
+                 },
+                 [](std::int64_t b) { return fmt::format("spvllm:budget={}", std::max<std::int64_t>(1, b)); }});
     auto kivi_params = [](const Params& p, int bits) {
       const std::int64_t g = p.integer("group");
       p.require(g == 16 || g == 32 || g == 128, "group must be 16, 32 or 128");
@@ -301,7 +324,11 @@ std::vector<std::string> policy_help() {
   std::vector<std::string> lines;
   for (const Entry& e : registry()) {
     std::vector<std::string> params;
-    for (const Param& p : e.params) params.push_back(fmt::format("{}={} ({})", p.key, p.value, p.help));
+    for (const Param& p : e.params) {
+      const std::string value = p.choices.empty() ? fmt::format("{}", p.value)
+                                                  : p.choices[static_cast<std::size_t>(p.value)];
+      params.push_back(fmt::format("{}={} ({})", p.key, value, p.help));
+    }
     lines.push_back(params.empty() ? fmt::format("{}: {}", e.name, e.description)
                                    : fmt::format("{}: {}; {}", e.name, e.description, fmt::join(params, ", ")));
   }

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kernels/cpu/kv_bytes.h"
+#include "optimized/slot_strategy.h"
 
 namespace kvcheck {
 
@@ -90,6 +91,9 @@ class KvPolicy {
   virtual bool selects_across_layers() const { return false; }
   virtual std::vector<PromptSelection> select_prompt_all(std::int64_t prompt_len, std::int64_t kv_heads,
                                                          std::span<const PromptScores> heads) const;
+  // What the cache does with the slot an eviction frees (SpvLLM's strategies; LeanKV's unified
+  // pages reuse it).
+  virtual SlotStrategy slot_strategy() const { return SlotStrategy::kSlotReuse; }
   // Whether decode attention probabilities add to the live tokens' scores (the maximum over the
   // group's query heads, as at prefill).
   virtual bool accumulates_scores() const { return false; }

@@ -111,6 +111,14 @@ std::int64_t PagePool::first_dead_slot(PageId id) const {
   return -1;
 }
 
+std::int64_t PagePool::last_live_slot(PageId id) const {
+  for (std::size_t w = words_; w-- > 0;) {
+    const std::uint64_t m = mask(id)[w];
+    if (m != 0) return static_cast<std::int64_t>(w) * kMaskBits + 63 - std::countl_zero(m);
+  }
+  return -1;
+}
+
 std::int64_t PagePool::segment_offset(int tier, std::int64_t slot, Segment segment, std::int64_t* size) const {
   const PageLayout& l = layout(tier);
   const SlotSizes& s = slot_sizes_[static_cast<std::size_t>(tier)];

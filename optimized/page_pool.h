@@ -82,6 +82,8 @@ class PagePool {
   }
   // The lowest dead slot, or -1 when every slot is live.
   std::int64_t first_dead_slot(PageId id) const;
+  // The highest live slot, or -1 when none is live.
+  std::int64_t last_live_slot(PageId id) const;
   // Marks a slot live and writes its position and score (its codes: store_codes).
   void put(PageId id, std::int64_t slot, const TokenPayload& payload);
   // Marks a slot dead (poisoned when poison is on).

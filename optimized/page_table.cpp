@@ -64,4 +64,14 @@ void PageTable::clear() {
   high_ = low_ = 0;
 }
 
+PageId PageTable::erase(int tier, std::int64_t i) {
+  if (i < 0 || i >= count(tier)) {
+    throw std::logic_error(fmt::format("page table ({}): erase of page {} of a side of {}", key_.where(), i, count(tier)));
+  }
+  const PageId id = at(tier, i);
+  for (std::int64_t j = i; j + 1 < count(tier); ++j) entries_[static_cast<std::size_t>(index(tier, j))] = at(tier, j + 1);
+  pop(tier);
+  return id;
+}
+
 }  // namespace kvcheck

@@ -58,6 +58,9 @@ class PageTable {
   void push(int tier, PageId id);
   // Removes and returns the innermost page of a tier (logic_error when the side is empty).
   PageId pop(int tier);
+  // Removes the i-th page of a tier, the pages after it moving one place toward the outer end
+  // (free-block: an emptied page in the middle of a side); returns it.
+  PageId erase(int tier, std::int64_t i);
   void clear();
 
  private:

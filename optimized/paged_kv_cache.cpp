@@ -1,5 +1,6 @@
 #include "optimized/paged_kv_cache.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fmt/format.h>
@@ -333,6 +334,7 @@ void PagedKvCache::reserve(std::span<const std::int64_t> requests, std::span<con
         op.layer = l;
         op.head = h;
         op.token = TokenPayload{positions[i], 0.0f};
+        op.slots = policy_.slot_strategy();
         if (!step.empty()) {
           op.evict = step[ops.size()].evict;
           op.demote = step[ops.size()].demote;
@@ -359,6 +361,11 @@ void PagedKvCache::reserve(std::span<const std::int64_t> requests, std::span<con
     }
   }
   manager_.decode_step(ops);
+  // SpvLLM's sparse copy: the live tokens of every head packed into as few pages as they need.
+  if (policy_.slot_strategy() == SlotStrategy::kSparseCopy &&
+      std::any_of(ops.begin(), ops.end(), [](const DecodeOp& op) { return op.evict.has_value(); })) {
+    manager_.compact();
+  }
   std::vector<SlotRef> slots;
   for (const Moved& m : moved) {
     const DecodeOp& op = ops[m.op];

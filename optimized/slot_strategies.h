@@ -24,14 +24,10 @@
 #include <vector>
 
 #include "optimized/block_allocator.h"
+#include "optimized/slot_strategy.h"
 
 namespace kvcheck {
 
-enum class SlotStrategy { kNoOp, kFreeBlock, kSparseCopy, kSlotReuse };
-
-inline constexpr SlotStrategy kAllSlotStrategies[] = {SlotStrategy::kNoOp, SlotStrategy::kFreeBlock,
-                                                      SlotStrategy::kSparseCopy, SlotStrategy::kSlotReuse};
-std::string slot_strategy_name(SlotStrategy strategy);  // "no-op", "free-block", "sparse-copy", "slot-reuse"
 
 // One sequence as the attention kernel sees it.
 struct SequenceSlotView {

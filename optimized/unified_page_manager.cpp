@@ -251,6 +251,9 @@ void UnifiedPageManager::decode_step(std::span<const DecodeOp> ops) {
       throw input_error(where, "flush", "moves every high token to low; it takes no victim or demotion");
     }
     if (op.evict) validate_slot(h, *op.evict, "evict");
+    if (op.demote && op.slots != SlotStrategy::kSlotReuse) {
+      throw input_error(where, "demote", "takes a freed slot; the {} strategy reuses none", slot_strategy_name(op.slots));
+    }
     if (op.demote) {
       validate_slot(h, *op.demote, "demote");
       if (op.demote->tier != kHighTier) throw input_error(where, "demote", "only a high token can be demoted");
@@ -265,10 +268,37 @@ void UnifiedPageManager::decode_step(std::span<const DecodeOp> ops) {
   std::vector<int> page_tier(ops.size(), -1);
   std::vector<std::int64_t> allocate(ops.size(), 0), recycle(ops.size(), 0);
   std::vector<bool> flushing(ops.size(), false);
+  // Appending strategies: the page and slot the new token goes to (kNoPage: a new high page),
+  // and free-block's emptied victim page.
+  std::vector<PageId> append_page(ops.size(), kNoPage), emptied(ops.size(), kNoPage);
+  std::vector<std::int64_t> append_slot(ops.size(), 0);
   for_each_head(n, config_.compaction, [&](std::int64_t k) {
     const auto i = static_cast<std::size_t>(k);
     const DecodeOp& op = ops[i];
     const HeadState& h = *heads[i];
+    if (op.slots != SlotStrategy::kSlotReuse && !op.flush) {
+      const std::int64_t pages = h.table.count(kHighTier);
+      if (pages > 0) {
+        const PageId last = h.table.at(kHighTier, pages - 1);
+        const std::int64_t next = pool_.last_live_slot(last) + 1;  // before the eviction
+        if (next < tpp[kHighTier]) {
+          append_page[i] = last;
+          append_slot[i] = next;
+        }
+      }
+      if (append_page[i] == kNoPage) {
+        page_tier[i] = kHighTier;
+        allocate[i] = 1;
+      }
+      if (op.slots == SlotStrategy::kFreeBlock && op.evict) {
+        const PageId victim = h.table.at(op.evict->tier, op.evict->page_index);
+        if (pool_.live_count(victim) == 1 && victim != append_page[i]) {
+          emptied[i] = victim;
+          recycle[i] = 1;
+        }
+      }
+      return;
+    }
     if (op.flush && h.live[kHighTier] > 0) {
       flushing[i] = true;
       allocate[i] = std::max<std::int64_t>(
@@ -293,10 +323,23 @@ void UnifiedPageManager::decode_step(std::span<const DecodeOp> ops) {
     const auto i = static_cast<std::size_t>(k);
     HeadState& h = *heads[i];
     if (!flushing[i]) {
+      if (emptied[i] != kNoPage) {
+        // Free-block: the victim was its page's last live token; the page goes back now.
+        const SlotRef& v = *ops[i].evict;
+        pool_.kill(emptied[i], v.slot);
+        h.live[v.tier] -= 1;
+        h.table.erase(v.tier, v.page_index);
+        list_.put_at(to, emptied[i]);
+        pool_.release(emptied[i]);
+      }
       if (page_tier[i] < 0) return;
       const PageId id = list_.id_at(at);
       pool_.format(id, PageOwner{h.table.key(), page_tier[i]});
       h.table.push(page_tier[i], id);
+      if (ops[i].slots != SlotStrategy::kSlotReuse) {
+        append_page[i] = id;
+        append_slot[i] = 0;
+      }
       return;
     }
     for (std::int64_t j = 0; j < allocate[i]; ++j) {
@@ -330,9 +373,14 @@ void UnifiedPageManager::decode_step(std::span<const DecodeOp> ops) {
     const auto i = static_cast<std::size_t>(k);
     const DecodeOp& op = ops[i];
     HeadState& h = *heads[i];
-    if (op.evict) {
+    if (op.evict && emptied[i] == kNoPage) {
       pool_.kill(h.table.at(op.evict->tier, op.evict->page_index), op.evict->slot);
       h.live[op.evict->tier] -= 1;
+    }
+    if (op.slots != SlotStrategy::kSlotReuse && !flushing[i]) {
+      pool_.put(append_page[i], append_slot[i], op.token);
+      h.live[kHighTier] += 1;
+      return;
     }
     if (op.demote) {
       const PageId from = h.table.at(kHighTier, op.demote->page_index);

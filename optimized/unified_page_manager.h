@@ -37,6 +37,7 @@
 #include "optimized/kv_compaction.h"
 #include "optimized/page_pool.h"
 #include "optimized/page_table.h"
+#include "optimized/slot_strategy.h"
 
 namespace kvcheck {
 
@@ -81,6 +82,12 @@ struct DecodeOp {
   // dead low slots; re-encoded by the caller) before the append; the high pages but the first
   // are recycled. Excludes evict and demote.
   bool flush = false;
+  // What happens to a slot a victim frees (SpvLLM's strategies): slot-reuse lets the new token
+  // take the first dead slot; the others append the new token after the last live slot of the
+  // last high page (a new page when there is none), and free-block also recycles the victim's
+  // page when the eviction empties it. (Sparse-copy is the append plus compact() after the step,
+  // which its caller runs.) Only slot-reuse takes a demotion.
+  SlotStrategy slots = SlotStrategy::kSlotReuse;
 };
 
 struct TierStats {

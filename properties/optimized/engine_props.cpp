@@ -54,7 +54,10 @@ rc::Gen<Workload> gen_workload(bool evicting = true) {
                                                          "leankv:alpha_h=1,alpha_l=0.3,window=4",
                                                          "xkv:budget=8,window=2,pool=3", "fp8",
                                                          "kivi2:group=16,residual=16",
-                                                         "minikv:budget=8,residual=16,value_group=8")
+                                                         "minikv:budget=8,residual=16,value_group=8",
+                                                         "spvllm:budget=8,recent=0.25,strategy=no-op",
+                                                         "spvllm:budget=8,recent=0.25,strategy=free-block",
+                                                         "spvllm:budget=8,recent=0.25,strategy=sparse-copy")
                         : *rc::gen::element<std::string>("full-fp32", "full-fp16", "fp8", "int8", "int4");
     // Small pages, so that requests span several pages and awkward token counts per page occur
     // (a per-channel key group of 16 tokens needs a larger one).

@@ -93,6 +93,12 @@ PolicyCase gen_policy() {
     p.recent = *rc::gen::element(0.0, 0.25, 0.5, 1.0);
     p.b = std::clamp<std::int64_t>(std::llround(static_cast<double>(p.a) * p.recent), 1, p.a);
     p.spec = fmt::format("h2o:budget={},recent={}", p.a, p.recent);
+    // SpvLLM: H2O's decisions with a slot strategy (c: 1 + its index; 0: plain h2o).
+    p.c = *rc::gen::inRange<std::int64_t>(0, 5);
+    if (p.c > 0) {
+      p.spec = fmt::format("spvllm:budget={},recent={},strategy={}", p.a, p.recent,
+                           slot_strategy_name(kAllSlotStrategies[static_cast<std::size_t>(p.c - 1)]));
+    }
   } else {
     p.b = *rc::gen::inRange<std::int64_t>(1, 8);
     p.a = p.b + *rc::gen::inRange<std::int64_t>(1, 10);
@@ -198,6 +204,7 @@ std::string check_case(const EvictionCase& ec, const PolicyCase& pc, std::unique
   std::set<std::tuple<std::int32_t, std::int32_t, std::int32_t>> demoted;  // (layer, head, position)
   std::map<std::pair<std::int32_t, std::int32_t>, std::set<std::int32_t>> xkv_prompt;  // (layer, head)
   std::map<std::pair<std::int32_t, std::int32_t>, std::set<std::int32_t>> low_tier;    // residual policies
+  std::map<std::pair<std::int32_t, std::int32_t>, std::int64_t> spv_pages;             // spvllm: high pages
   std::int64_t checks = 0;
   std::string failure;
   RunnerTrace trace;
@@ -248,6 +255,26 @@ std::string check_case(const EvictionCase& ec, const PolicyCase& pc, std::unique
       for (std::int32_t j = std::max<std::int32_t>(0, p - static_cast<std::int32_t>(pc.b) + 1); j <= p; ++j) {
         if (!held.contains(j)) fail(at + fmt::format(": h2o dropped recent position {}", j));
       }
+      // SpvLLM's slot strategies: what the pages look like after the step.
+      const PageTable& table = e->cache->manager().table(s.request, s.layer, s.kv_head);
+      const PagePool& pool = e->cache->manager().pool();
+      const std::int64_t pages = table.count(kHighTier);
+      std::int64_t& before = spv_pages[{s.layer, s.kv_head}];
+      const SlotStrategy strategy = pc.c > 0 ? kAllSlotStrategies[static_cast<std::size_t>(pc.c - 1)] : SlotStrategy::kSlotReuse;
+      if (strategy == SlotStrategy::kNoOp && pages < before) fail(at + ": no-op freed a page");
+      if (strategy == SlotStrategy::kFreeBlock) {
+        for (std::int64_t i = 0; i + 1 < pages; ++i) {
+          if (pool.live_count(table.at(kHighTier, i)) == 0) fail(at + fmt::format(": free-block kept empty page {}", i));
+        }
+      }
+      // Packed after each eviction; the append after it may open one more page.
+      if (strategy == SlotStrategy::kSparseCopy && pages > (static_cast<std::int64_t>(held.size()) + tpp - 1) / tpp + 1) {
+        fail(at + fmt::format(": sparse-copy holds {} pages for {} tokens", pages, held.size()));
+      }
+      if (strategy == SlotStrategy::kSlotReuse && pages > (pc.a + tpp - 1) / tpp + 1) {
+        fail(at + fmt::format(": slot-reuse holds {} pages for a budget of {}", pages, pc.a));
+      }
+      before = pages;
     } else if (pc.kind == "fp8") {
       for (const LiveToken& t : live) {
         if (t.tier != 0) fail(at + ": fp8 holds a token in a second tier");
