@@ -266,13 +266,19 @@ const std::vector<Entry>& registry() {
                   bits("high_k", 8, "high tier key bits (2, 4, 8; 16: fp16)"),
                   bits("high_v", 4, "high tier value bits"),
                   bits("low_k", 4, "low tier key bits"),
-                  bits("low_v", 2, "low tier value bits")},
+                  bits("low_v", 2, "low tier value bits"),
+                  {"static_high", -1, -1, kMaxTokens, true,
+                   "static mode when >= 0 (with static_low; alphas unused): every head keeps the window plus this "
+                   "many of its most significant other tokens at high"},
+                  {"static_low", -1, -1, kMaxTokens, true, "static mode: the next this many at low"}},
                  [](const Params& p) {
                    for (const char* key : {"high_k", "high_v", "low_k", "low_v"}) {
                      const std::int64_t b = p.integer(key);
                      p.require(b == 2 || b == 4 || b == 8 || b == 16, fmt::format("{} must be 2, 4, 8 or 16", key));
                    }
                    p.require(p["alpha_l"] <= p["alpha_h"], "alpha_l must not exceed alpha_h");
+                   p.require((p.integer("static_high") < 0) == (p.integer("static_low") < 0),
+                             "static_high and static_low are set together (both -1: the dynamic mode)");
                    LeanKvParams lp;
                    lp.alpha_h = p["alpha_h"];
                    lp.alpha_l = p["alpha_l"];
@@ -281,6 +287,8 @@ const std::vector<Entry>& registry() {
                    lp.high_v = static_cast<int>(p.integer("high_v"));
                    lp.low_k = static_cast<int>(p.integer("low_k"));
                    lp.low_v = static_cast<int>(p.integer("low_v"));
+                   lp.static_high = p.integer("static_high");
+                   lp.static_low = p.integer("static_low");
                    return make_leankv_policy(lp);
                  }});
     return e;
