@@ -55,6 +55,7 @@ struct VerifyArgs {
   std::vector<std::string> sweep_specs;     // full specs added as rows
   std::vector<std::int64_t> sweep_budgets{32, 64, 96, 128};
   std::int64_t sweep_retrieval = 60;
+  std::int64_t xkv_calibrate = 0;  // XKV's averaged allocation from this many sampled prompts (0: off)
   std::string json;
 };
 void add_verify(CLI::App& app, VerifyArgs& args);

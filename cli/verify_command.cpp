@@ -23,6 +23,7 @@
 #include "cli/json_file.h"
 #include "cli/verify_prompts.h"
 #include "cli/verify_step_oracle.h"
+#include "cli/xkv_calibration.h"
 #include "oracles/accuracy_metrics.h"
 #include "oracles/eval_data.h"
 #include "oracles/metrics.h"
@@ -79,6 +80,13 @@ void add_verify(CLI::App& app, VerifyArgs& args) {
   cmd->add_option("--sweep-retrieval", args.sweep_retrieval, "--sweep: retrieval items (0: none)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--xkv-calibrate", args.xkv_calibrate,
+                  "XKV's averaged allocation: prefill N held-out windows (those after the --prompts windows, "
+                  "--prompt-tokens each) under the xkv --policy (e.g. xkv:budget=64), average the per-request "
+                  "per-layer budgets, print them and the fixed-budget spec (xkv:layers=...); with --sweep, add "
+                  "the averaged row after every xkv budget row")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--json", args.json, "Write the summary and per-prompt results as JSON");
 }
 
@@ -90,6 +98,12 @@ int run_verify(const VerifyArgs& args) {
   if (args.sweep) {
     if (args.verify_each_step) throw input_error("--sweep", "flags", "--verify-each-step runs without --sweep");
     return run_verify_sweep(args);
+  }
+  if (args.xkv_calibrate > 0) {
+    if (args.verify_each_step) {
+      throw input_error("--xkv-calibrate", "flags", "--verify-each-step runs without --xkv-calibrate");
+    }
+    return run_xkv_calibrate(args);
   }
   const std::filesystem::path dir =
       args.model.empty() ? datasets_dir() / "models" / "kvcheck-tiny" : std::filesystem::path(args.model);

@@ -69,12 +69,33 @@ class UniformPolicy final : public KvPolicy {
 
 struct Param {
   std::string key;
-  double value;  // the default
-  double min, max;
+  double value;  // the default (a list's default is empty)
+  double min, max;  // of the value, or of every entry of a list
   bool integer;
   std::string help;
+  bool list = false;  // a list of numbers separated by '/' (',' separates the parameters)
   std::vector<std::string> choices = {};  // a named choice: the value is the index of the name given
 };
+
+// One number of a spec, or InputError naming the policy and the parameter.
+double parse_number(const std::string& policy, const Param& d, const std::string& text, const std::string& whole) {
+  double v = 0.0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || !std::isfinite(v)) {
+    throw InputError(d.list ? fmt::format("policy '{}': parameter '{}' needs numbers separated by '/', got '{}'",
+                                          policy, d.key, whole)
+                            : fmt::format("policy '{}': parameter '{}' needs a number, got '{}'", policy, d.key, text));
+  }
+  if (d.integer && v != std::floor(v)) {
+    throw InputError(fmt::format("policy '{}': parameter '{}' must be {}, got {}", policy, d.key,
+                                 d.list ? "integers" : "an integer", d.list ? whole : text));
+  }
+  if (v < d.min || v > d.max) {
+    throw InputError(fmt::format("policy '{}': parameter '{}' {}= {} is outside [{}, {}]", policy, d.key,
+                                 d.list ? "entry " : "", text, d.min, d.max));
+  }
+  return v;
+}
 
 // The parameters of one spec, defaults overridden by `key=value` pairs.
 class Params {
@@ -106,22 +127,30 @@ class Params {
         values_[key] = static_cast<double>(c - d->choices.begin());
         continue;
       }
-      double v = 0.0;
-      const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-      if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || !std::isfinite(v)) {
-        throw InputError(fmt::format("policy '{}': parameter '{}' needs a number, got '{}'", policy, key, text));
+      if (d->list) {
+        std::vector<double> entries;
+        std::size_t from = 0;
+        while (true) {
+          const std::size_t slash = std::min(text.find('/', from), text.size());
+          entries.push_back(parse_number(policy, *d, text.substr(from, slash - from), text));
+          if (slash == text.size()) break;
+          from = slash + 1;
+        }
+        lists_[key] = entries;
+        continue;
       }
-      if (d->integer && v != std::floor(v)) {
-        throw InputError(fmt::format("policy '{}': parameter '{}' must be an integer, got {}", policy, key, text));
-      }
-      if (v < d->min || v > d->max) {
-        throw InputError(fmt::format("policy '{}': parameter '{}' = {} is outside [{}, {}]", policy, key, text,
-                                     d->min, d->max));
-      }
-      values_[key] = v;
+      values_[key] = parse_number(policy, *d, text, text);
     }
   }
   double operator[](const std::string& key) const { return values_.at(key); }
+  // A list parameter's entries (empty when the spec does not set it).
+  std::vector<std::int64_t> integers(const std::string& key) const {
+    std::vector<std::int64_t> out;
+    if (const auto it = lists_.find(key); it != lists_.end()) {
+      for (double v : it->second) out.push_back(static_cast<std::int64_t>(v));
+    }
+    return out;
+  }
   std::int64_t integer(const std::string& key) const { return static_cast<std::int64_t>(values_.at(key)); }
   // InputError unless `ok`.
   void require(bool ok, const std::string& what) const {
@@ -131,6 +160,7 @@ class Params {
  private:
   std::string policy_;
   std::map<std::string, double> values_;
+  std::map<std::string, std::vector<double>> lists_;
 };
 
 struct Entry {
@@ -218,12 +248,23 @@ const std::vector<Entry>& registry() {
                  {{"budget", 64, 2, kMaxTokens, true, "mean prompt tokens per head over the layers"},
                   {"retention", 0, 0, 1, false, "if > 0: allocate until the mean retention reaches it (no budget)"},
                   {"window", 8, 1, kMaxTokens, true, "observation window (last prompt queries), kept"},
-                  {"pool", 7, 1, 101, true, "average-pooling width (odd)"}},
+                  {"pool", 7, 1, 101, true, "average-pooling width (odd)"},
+                  {"layers", 0, 0, kMaxTokens, true,
+                   "if set: fixed prompt tokens per head of each layer besides the window, one per layer, e.g. "
+                   "40/24/8 (the averaged allocation; verify --xkv-calibrate computes it); replaces budget",
+                   true}},
                  [](const Params& p) {
-                   p.require(p["retention"] > 0 || p.integer("window") < p.integer("budget"),
+                   XkvParams xp;
+                   xp.budget = p.integer("budget");
+                   xp.retention = p["retention"];
+                   xp.window = p.integer("window");
+                   xp.pool = p.integer("pool");
+                   xp.layers = p.integers("layers");
+                   p.require(xp.layers.empty() || xp.retention == 0, "layers and retention exclude each other");
+                   p.require(!xp.layers.empty() || xp.retention > 0 || xp.window < xp.budget,
                              "window must be smaller than budget");
-                   p.require(p.integer("pool") % 2 == 1, "pool must be odd");
-                   return make_xkv_policy(p.integer("budget"), p["retention"], p.integer("window"), p.integer("pool"));
+                   p.require(xp.pool % 2 == 1, "pool must be odd");
+                   return make_xkv_policy(xp);
                  },
                  [](std::int64_t b) {
                    b = std::max<std::int64_t>(2, b);
@@ -235,7 +276,7 @@ const std::vector<Entry>& registry() {
                  {{"budget", 64, 1, kMaxTokens, true, "tokens per head"},
                   {"recent", 0.5, 0, 1, false, "share of the budget for the most recent positions (at least one)"},
                   {"strategy", 3, 0, 3, true, "what happens to an evicted slot: no-op, free-block, sparse-copy, slot-reuse",
-                   strategies}},
+                   false, strategies}},
                  [](const Params& p) {
                    return make_spvllm_policy(p.integer("budget"), p["recent"],
                                              kAllSlotStrategies[static_cast<std::size_t>(p.integer("strategy"))]);
@@ -290,13 +331,19 @@ const std::vector<Entry>& registry() {
                   bits("high_k", 8, "high tier key bits (2, 4, 8; 16: fp16)"),
                   bits("high_v", 4, "high tier value bits"),
                   bits("low_k", 4, "low tier key bits"),
-                  bits("low_v", 2, "low tier value bits")},
+                  bits("low_v", 2, "low tier value bits"),
+                  {"static_high", -1, -1, kMaxTokens, true,
+                   "static mode when >= 0 (with static_low; alphas unused): every head keeps the window plus this "
+                   "many of its most significant other tokens at high"},
+                  {"static_low", -1, -1, kMaxTokens, true, "static mode: the next this many at low"}},
                  [](const Params& p) {
                    for (const char* key : {"high_k", "high_v", "low_k", "low_v"}) {
                      const std::int64_t b = p.integer(key);
                      p.require(b == 2 || b == 4 || b == 8 || b == 16, fmt::format("{} must be 2, 4, 8 or 16", key));
                    }
                    p.require(p["alpha_l"] <= p["alpha_h"], "alpha_l must not exceed alpha_h");
+                   p.require((p.integer("static_high") < 0) == (p.integer("static_low") < 0),
+                             "static_high and static_low are set together (both -1: the dynamic mode)");
                    LeanKvParams lp;
                    lp.alpha_h = p["alpha_h"];
                    lp.alpha_l = p["alpha_l"];
@@ -305,6 +352,8 @@ const std::vector<Entry>& registry() {
                    lp.high_v = static_cast<int>(p.integer("high_v"));
                    lp.low_k = static_cast<int>(p.integer("low_k"));
                    lp.low_v = static_cast<int>(p.integer("low_v"));
+                   lp.static_high = p.integer("static_high");
+                   lp.static_low = p.integer("static_low");
                    return make_leankv_policy(lp);
                  }});
     return e;
@@ -327,7 +376,8 @@ std::vector<std::string> policy_help() {
     for (const Param& p : e.params) {
       const std::string value = p.choices.empty() ? fmt::format("{}", p.value)
                                                   : p.choices[static_cast<std::size_t>(p.value)];
-      params.push_back(fmt::format("{}={} ({})", p.key, value, p.help));
+      params.push_back(p.list ? fmt::format("{}=N/N/... ({})", p.key, p.help)
+                              : fmt::format("{}={} ({})", p.key, value, p.help));
     }
     lines.push_back(params.empty() ? fmt::format("{}: {}", e.name, e.description)
                                    : fmt::format("{}: {}; {}", e.name, e.description, fmt::join(params, ", ")));

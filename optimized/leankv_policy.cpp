@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
+#include <vector>
 
 namespace kvcheck {
 
@@ -21,10 +23,20 @@ class LeanKvPolicy final : public KvPolicy {
  public:
   explicit LeanKvPolicy(const LeanKvParams& p) : p_(p) {}
   std::string name() const override {
+    if (p_.is_static()) {
+      return fmt::format("leankv:static_high={},static_low={},window={},high_k={},high_v={},low_k={},low_v={}",
+                         p_.static_high, p_.static_low, p_.window, p_.high_k, p_.high_v, p_.low_k, p_.low_v);
+    }
     return fmt::format("leankv:alpha_h={},alpha_l={},window={},high_k={},high_v={},low_k={},low_v={}", p_.alpha_h,
                        p_.alpha_l, p_.window, p_.high_k, p_.high_v, p_.low_k, p_.low_v);
   }
   std::string description() const override {
+    if (p_.is_static()) {
+      return fmt::format("LeanKV static budgets: every head keeps the recent {} and the {} most significant other "
+                         "tokens at {}, the next {} at {}",
+                         p_.window, p_.static_high, tier_label(p_.high_k, p_.high_v), p_.static_low,
+                         tier_label(p_.low_k, p_.low_v));
+    }
     return fmt::format("LeanKV: {} / {} / pruned by significance (alpha_h {}, alpha_l {}), recent {} at high",
                        tier_label(p_.high_k, p_.high_v), tier_label(p_.low_k, p_.low_v), p_.alpha_h, p_.alpha_l,
                        p_.window);
@@ -35,7 +47,10 @@ class LeanKvPolicy final : public KvPolicy {
   bool evicts() const override { return true; }
   bool accumulates_scores() const override { return true; }
 
+  const LeanKvParams& params() const { return p_; }
+
   PromptSelection select_prompt_tiers(std::int32_t, std::int64_t n, const PromptScores& s) const override {
+    if (p_.is_static()) return select_static(n, s);
     PromptSelection out;
     for (std::int64_t j = 0; j < n; ++j) {
       const auto pos = static_cast<std::int32_t>(j);
@@ -61,6 +76,7 @@ class LeanKvPolicy final : public KvPolicy {
   }
 
   StepDecision decide_step(std::int32_t, std::span<const LiveToken> live, std::int32_t p) const override {
+    if (p_.is_static()) return decide_static(live, p);
     StepDecision d;
     const std::int64_t c_pos = static_cast<std::int64_t>(p) - p_.window;
     if (c_pos < 0) return d;
@@ -109,6 +125,56 @@ class LeanKvPolicy final : public KvPolicy {
   }
 
  private:
+  PromptSelection select_static(std::int64_t n, const PromptScores& s) const {
+    const std::int64_t outside = std::max<std::int64_t>(0, n - p_.window);
+    std::vector<std::pair<double, std::int32_t>> ranked;  // (significance x i, position)
+    for (std::int64_t j = 0; j < outside; ++j) {
+      const double sig = static_cast<double>(s.all[static_cast<std::size_t>(j)]) / static_cast<double>(n - j);
+      ranked.emplace_back(sig * static_cast<double>(j + 1), static_cast<std::int32_t>(j));
+    }
+    std::sort(ranked.begin(), ranked.end(), std::greater<>());  // larger first, ties to the newer
+    PromptSelection out;
+    for (std::size_t r = 0; r < ranked.size(); ++r) {
+      if (static_cast<std::int64_t>(r) < p_.static_high) {
+        out.high.push_back(ranked[r].second);
+      } else if (static_cast<std::int64_t>(r) < p_.static_high + p_.static_low) {
+        out.low.push_back(ranked[r].second);
+      }
+    }
+    for (std::int64_t j = outside; j < n; ++j) out.high.push_back(static_cast<std::int32_t>(j));
+    std::sort(out.high.begin(), out.high.end());
+    std::sort(out.low.begin(), out.low.end());
+    return out;
+  }
+
+  StepDecision decide_static(std::span<const LiveToken> live, std::int32_t p) const {
+    StepDecision d;
+    const std::int64_t c_pos = static_cast<std::int64_t>(p) - p_.window;
+    if (c_pos < 0) return d;
+    std::int64_t high = 0, low = 0;
+    std::optional<std::size_t> v, w;  // the least significant high token outside the window, and low token
+    auto less = [&](std::size_t a, std::size_t b) {
+      const double sa = leankv_significance(live[a], p), sb = leankv_significance(live[b], p);
+      return sa < sb || (sa == sb && live[a].position < live[b].position);
+    };
+    for (std::size_t i = 0; i < live.size(); ++i) {
+      if (live[i].position > c_pos) continue;
+      std::optional<std::size_t>& least = live[i].tier == 0 ? v : w;
+      ++(live[i].tier == 0 ? high : low);
+      if (!least || less(i, *least)) least = i;
+    }
+    if (high <= p_.static_high) return d;
+    if (low < p_.static_low) {
+      d.demote = v;
+    } else if (!w || less(*v, *w)) {
+      d.evict = v;
+    } else {
+      d.demote = v;
+      d.evict = w;
+    }
+    return d;
+  }
+
   LeanKvParams p_;
 };
 
@@ -116,6 +182,18 @@ class LeanKvPolicy final : public KvPolicy {
 
 std::unique_ptr<KvPolicy> make_leankv_policy(const LeanKvParams& params) {
   return std::make_unique<LeanKvPolicy>(params);
+}
+
+std::optional<LeanKvParams> leankv_params_of(const KvPolicy& policy) {
+  const auto* p = dynamic_cast<const LeanKvPolicy*>(&policy);
+  return p ? std::optional<LeanKvParams>(p->params()) : std::nullopt;
+}
+
+std::pair<std::int64_t, std::int64_t> leankv_static_counts(const LeanKvParams& params, std::int64_t last) {
+  const std::int64_t context = last + 1;
+  const std::int64_t outside = std::max<std::int64_t>(0, context - params.window);
+  const std::int64_t high = std::min(params.static_high, outside);
+  return {std::min(params.window, context) + high, std::min(params.static_low, outside - high)};
 }
 
 }  // namespace kvcheck

@@ -1,12 +1,16 @@
 #include "optimized/xkv_policy.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <functional>
 #include <numeric>
+#include <stdexcept>
+#include <utility>
 
 #include "optimized/eviction_policies.h"
+#include "reference/errors.h"
 
 namespace kvcheck {
 
@@ -51,64 +55,140 @@ std::vector<std::int64_t> xkv_allocate(const std::vector<std::vector<double>>& s
   return n;
 }
 
+std::vector<std::int64_t> xkv_average_allocation(const std::vector<std::vector<std::vector<double>>>& samples,
+                                                 std::int64_t total) {
+  if (samples.empty()) throw InputError("xkv averaged allocation: no sampled requests");
+  const std::size_t layers = samples[0].size();
+  const auto k = static_cast<std::int64_t>(samples.size());
+  std::vector<std::int64_t> sums(layers, 0);
+  for (std::size_t s = 0; s < samples.size(); ++s) {
+    if (samples[s].size() != layers) {
+      throw std::invalid_argument(fmt::format("xkv averaged allocation: sample {} has {} layers, sample 0 has {}", s,
+                                              samples[s].size(), layers));
+    }
+    std::int64_t available = 0;
+    for (const auto& w : samples[s]) available += static_cast<std::int64_t>(w.size());
+    if (available < total) {
+      throw InputError(fmt::format("xkv averaged allocation: sample {} has {} candidate tokens over its {} layers, "
+                                   "fewer than the total {} (use longer prompts or a smaller budget)",
+                                   s, available, layers, total));
+    }
+    const std::vector<std::int64_t> n = xkv_allocate(samples[s], total);
+    for (std::size_t l = 0; l < layers; ++l) sums[l] += n[l];
+  }
+  std::vector<std::int64_t> out(layers);
+  std::int64_t left = total;
+  for (std::size_t l = 0; l < layers; ++l) {
+    out[l] = sums[l] / k;
+    left -= out[l];
+  }
+  // Largest remainder: `left` < layers, since the remainders sum to left * k.
+  std::vector<std::size_t> order(layers);
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return sums[a] % k > sums[b] % k; });
+  for (std::int64_t i = 0; i < left; ++i) ++out[order[static_cast<std::size_t>(i)]];
+  return out;
+}
+
 namespace {
+
+// Each head's pooled window sums over the candidates (the positions before the window) and
+// each layer's mean of them.
+struct LayerScores {
+  std::vector<std::vector<float>> pooled;       // [layer * kv_heads + head][candidates]
+  std::vector<std::vector<double>> per_layer;  // [layer][candidates]
+};
+
+LayerScores layer_scores(std::int64_t n, std::int64_t kv_heads, std::span<const PromptScores> heads, std::int64_t window,
+                         std::int64_t pool) {
+  const std::int64_t layers = static_cast<std::int64_t>(heads.size()) / kv_heads;
+  const std::int64_t candidates = std::max<std::int64_t>(0, n - window);
+  LayerScores out;
+  out.pooled.resize(heads.size());
+  out.per_layer.assign(static_cast<std::size_t>(layers), std::vector<double>(static_cast<std::size_t>(candidates), 0.0));
+  for (std::size_t i = 0; i < heads.size(); ++i) {
+    out.pooled[i] = average_pool(heads[i].window.first(static_cast<std::size_t>(candidates)), pool);
+    for (std::int64_t j = 0; j < candidates; ++j) {
+      out.per_layer[i / static_cast<std::size_t>(kv_heads)][static_cast<std::size_t>(j)] +=
+          out.pooled[i][static_cast<std::size_t>(j)] / static_cast<double>(kv_heads);
+    }
+  }
+  return out;
+}
 
 class XkvPolicy final : public KvPolicy {
  public:
-  XkvPolicy(std::int64_t budget, double retention, std::int64_t window, std::int64_t pool)
-      : budget_(budget), retention_(retention), window_(window), pool_(pool) {}
+  explicit XkvPolicy(XkvParams p) : p_(std::move(p)) {}
   std::string name() const override {
-    return retention_ > 0 ? fmt::format("xkv:retention={},window={},pool={}", retention_, window_, pool_)
-                          : fmt::format("xkv:budget={},window={},pool={}", budget_, window_, pool_);
+    if (!p_.layers.empty()) {
+      return fmt::format("xkv:layers={},window={},pool={}", fmt::join(p_.layers, "/"), p_.window, p_.pool);
+    }
+    return p_.retention > 0 ? fmt::format("xkv:retention={},window={},pool={}", p_.retention, p_.window, p_.pool)
+                            : fmt::format("xkv:budget={},window={},pool={}", p_.budget, p_.window, p_.pool);
   }
   std::string description() const override {
-    return fmt::format("XKV: per-layer prompt budgets by greedy importance retention ({}), observation window {}, "
-                       "average pooling {}, generated tokens all kept, fp16",
-                       retention_ > 0 ? fmt::format("mean retention {}", retention_)
-                                      : fmt::format("mean {} tokens", budget_),
-                       window_, pool_);
+    const std::string allocation =
+        !p_.layers.empty() ? fmt::format("fixed per-layer budgets {} (averaged allocation)", fmt::join(p_.layers, "/"))
+        : p_.retention > 0 ? fmt::format("per-layer budgets by greedy importance retention (mean retention {})", p_.retention)
+                           : fmt::format("per-layer budgets by greedy importance retention (mean {} tokens)", p_.budget);
+    return fmt::format("XKV: {}, observation window {}, average pooling {}, generated tokens all kept, fp16",
+                       allocation, p_.window, p_.pool);
   }
   std::vector<KvTier> tiers() const override { return {KvTier{fp16_format(), fp16_format()}}; }
   bool evicts() const override { return true; }
-  std::int64_t observation_window() const override { return window_; }
+  std::int64_t observation_window() const override { return p_.window; }
   bool selects_across_layers() const override { return true; }
+  const XkvParams& params() const { return p_; }
 
   std::vector<PromptSelection> select_prompt_all(std::int64_t n, std::int64_t kv_heads,
                                                  std::span<const PromptScores> heads) const override {
     const std::int64_t layers = static_cast<std::int64_t>(heads.size()) / kv_heads;
-    const std::int64_t candidates = std::max<std::int64_t>(0, n - window_);
-    std::vector<std::vector<float>> pooled(heads.size());
-    std::vector<std::vector<double>> layer_scores(static_cast<std::size_t>(layers),
-                                                  std::vector<double>(static_cast<std::size_t>(candidates), 0.0));
-    for (std::size_t i = 0; i < heads.size(); ++i) {
-      pooled[i] = average_pool(heads[i].window.first(static_cast<std::size_t>(candidates)), pool_);
-      for (std::int64_t j = 0; j < candidates; ++j) {
-        layer_scores[i / static_cast<std::size_t>(kv_heads)][static_cast<std::size_t>(j)] +=
-            pooled[i][static_cast<std::size_t>(j)] / static_cast<double>(kv_heads);
-      }
+    if (!p_.layers.empty() && static_cast<std::int64_t>(p_.layers.size()) != layers) {
+      throw InputError(fmt::format("policy 'xkv': parameter 'layers' gives {} budgets ({}), the model has {} layers",
+                                   p_.layers.size(), fmt::join(p_.layers, "/"), layers));
     }
+    const std::int64_t candidates = std::max<std::int64_t>(0, n - p_.window);
+    const LayerScores s = layer_scores(n, kv_heads, heads, p_.window, p_.pool);
+    if (p_.on_layer_scores) p_.on_layer_scores(s.per_layer);
     const std::vector<std::int64_t> alloc =
-        retention_ > 0 ? xkv_allocate(layer_scores, -1, retention_)
-                       : xkv_allocate(layer_scores, layers * std::max<std::int64_t>(0, budget_ - window_));
+        !p_.layers.empty() ? p_.layers
+        : p_.retention > 0 ? xkv_allocate(s.per_layer, -1, p_.retention)
+                           : xkv_allocate(s.per_layer, layers * std::max<std::int64_t>(0, p_.budget - p_.window));
     std::vector<PromptSelection> out(heads.size());
     for (std::size_t i = 0; i < heads.size(); ++i) {
-      out[i].high = top_positions(pooled[i], candidates, alloc[i / static_cast<std::size_t>(kv_heads)]);
+      out[i].high = top_positions(s.pooled[i], candidates, alloc[i / static_cast<std::size_t>(kv_heads)]);
       for (std::int64_t j = candidates; j < n; ++j) out[i].high.push_back(static_cast<std::int32_t>(j));
     }
     return out;
   }
 
  private:
-  std::int64_t budget_;
-  double retention_;
-  std::int64_t window_, pool_;
+  XkvParams p_;
 };
 
 }  // namespace
 
+std::vector<std::vector<double>> xkv_layer_scores(std::int64_t prompt_len, std::int64_t kv_heads,
+                                                  std::span<const PromptScores> heads, std::int64_t window,
+                                                  std::int64_t pool) {
+  return layer_scores(prompt_len, kv_heads, heads, window, pool).per_layer;
+}
+
+std::unique_ptr<KvPolicy> make_xkv_policy(const XkvParams& params) { return std::make_unique<XkvPolicy>(params); }
+
 std::unique_ptr<KvPolicy> make_xkv_policy(std::int64_t budget, double retention, std::int64_t window,
                                           std::int64_t pool) {
-  return std::make_unique<XkvPolicy>(budget, retention, window, pool);
+  XkvParams p;
+  p.budget = budget;
+  p.retention = retention;
+  p.window = window;
+  p.pool = pool;
+  return make_xkv_policy(p);
+}
+
+std::optional<XkvParams> xkv_params_of(const KvPolicy& policy) {
+  const auto* x = dynamic_cast<const XkvPolicy*>(&policy);
+  return x ? std::optional<XkvParams>(x->params()) : std::nullopt;
 }
 
 }  // namespace kvcheck

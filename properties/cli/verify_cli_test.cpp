@@ -4,7 +4,10 @@
 // (a reduced version of the acceptance runs), and bad flags exit 2 naming them.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
+#include <numeric>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -131,6 +134,83 @@ TEST(VerifyCli, SweepReportsBytesAccuracyAndRetrievalPerConfiguration) {
   EXPECT_EQ(fp32["retrieval_accuracy"], read_json_file(dir / "eval.json")["retrieval_accuracy"]);
 }
 
+// XKV's averaged allocation: one budget per layer, summing to the total, each the floor or the
+// ceiling of the per-request allocations' mean, printed as a spec that the per-step oracle then
+// passes.
+TEST(VerifyCli, XkvCalibrationPrintsAnAveragedSpecThatRuns) {
+  TempDir dir;
+  const auto out = dir / "calibration.json";
+  const auto run = run_kvcheck("verify --xkv-calibrate 3 --policy xkv:budget=24,window=4 --prompts 2 "
+                               "--prompt-tokens 48 --max-new-tokens 16 --json " + testing::shell_quote(out));
+  ASSERT_EQ(run.code, 0) << run.output;
+  const json j = read_json_file(out);
+  EXPECT_EQ(j["format"], "kvcheck-xkv-calibration");
+  ASSERT_EQ(j["samples"].size(), 3u);
+  const auto layers = j["layers"].get<std::vector<std::int64_t>>();
+  ASSERT_EQ(layers.size(), 4u);  // the embedded model's layers
+  std::vector<std::int64_t> sums(4, 0);
+  for (const json& s : j["samples"]) {
+    const auto own = s["layers"].get<std::vector<std::int64_t>>();
+    ASSERT_EQ(own.size(), 4u);
+    EXPECT_EQ(std::accumulate(own.begin(), own.end(), std::int64_t{0}), 4 * (24 - 4));
+    for (std::size_t l = 0; l < 4; ++l) sums[l] += own[l];
+  }
+  EXPECT_EQ(std::accumulate(layers.begin(), layers.end(), std::int64_t{0}), 4 * (24 - 4));
+  for (std::size_t l = 0; l < 4; ++l) {
+    EXPECT_TRUE(layers[l] == sums[l] / 3 || layers[l] == (sums[l] + 2) / 3) << l;
+  }
+  std::string spec = "xkv:layers=";
+  for (std::size_t l = 0; l < 4; ++l) spec += (l ? "/" : "") + std::to_string(layers[l]);
+  spec += ",window=4,pool=7";
+  EXPECT_EQ(j["spec"], spec);
+  EXPECT_NE(run.output.find("policy spec: " + spec), std::string::npos) << run.output;
+  const auto check = run_kvcheck("verify --verify-each-step --policy " + spec + " --prompts 2 --prompt-tokens 48 "
+                                 "--max-new-tokens 8");
+  EXPECT_EQ(check.code, 0) << check.output;
+}
+
+// The derived sweep rows: each dynamic leankv row is followed by a static one holding its mean
+// tokens per head (so the same bytes up to rounding), and each xkv budget row by its averaged
+// allocation, which holds the same tokens per head as the per-request row.
+TEST(VerifyCli, SweepAddsLeanKvStaticAndXkvAveragedRows) {
+  TempDir dir;
+  const auto out = dir / "sweep.json";
+  const auto run = run_kvcheck("verify --sweep --sweep-policies xkv,leankv --sweep-budgets 40 --prompts 2 "
+                               "--prompt-tokens 96 --max-new-tokens 32 --sweep-retrieval 0 --xkv-calibrate 2 "
+                               "--sweep-specs 'leankv:alpha_l=0.5,window=16' --json " + testing::shell_quote(out));
+  ASSERT_EQ(run.code, 0) << run.output;
+  const json j = read_json_file(out);
+  ASSERT_EQ(j["rows"].size(), 6u);
+  const json& xkv = j["rows"][0];
+  const json& averaged = j["rows"][1];
+  EXPECT_EQ(averaged["averaged_from"], xkv["policy"]);
+  EXPECT_EQ(averaged["calibration_prompts"], 2);
+  const auto layers = averaged["layers"].get<std::vector<std::int64_t>>();
+  EXPECT_EQ(std::accumulate(layers.begin(), layers.end(), std::int64_t{0}), 4 * (40 - 8));
+  EXPECT_EQ(averaged["high_tokens_per_head"], xkv["high_tokens_per_head"]);
+  EXPECT_EQ(averaged["high_tokens_per_head"], 40 + 32);  // budget + the generated tokens
+  EXPECT_EQ(averaged["kv_bytes_vs_fp16"], xkv["kv_bytes_vs_fp16"]);
+  for (const auto& [dynamic_at, window] : {std::pair{2u, 64}, std::pair{4u, 16}}) {
+    const json& dynamic = j["rows"][dynamic_at];
+    const json& fixed = j["rows"][dynamic_at + 1];
+    EXPECT_EQ(fixed["static_of"], dynamic["policy"]);
+    const auto n_high = std::llround(dynamic["high_tokens_per_head"].get<double>()) - window;
+    const auto n_low = std::llround(dynamic["low_tokens_per_head"].get<double>());
+    EXPECT_EQ(fixed["policy"], "leankv:static_high=" + std::to_string(n_high) + ",static_low=" +
+                                   std::to_string(n_low) + ",window=" + std::to_string(window) +
+                                   ",high_k=8,high_v=4,low_k=4,low_v=2");
+    // Every head holds exactly the counts, so the means are exact.
+    EXPECT_EQ(fixed["high_tokens_per_head"], window + n_high);
+    EXPECT_EQ(fixed["low_tokens_per_head"], n_low);
+    EXPECT_EQ(fixed["dynamic_kv_bytes_vs_fp16"], dynamic["kv_bytes_vs_fp16"]);
+    // Within half a token per tier of bytes: at most a token's fp16 bytes over the 128 context.
+    EXPECT_NEAR(fixed["kv_bytes_vs_fp16"].get<double>(), dynamic["kv_bytes_vs_fp16"].get<double>(), 1.0 / 128);
+  }
+  EXPECT_LT(j["rows"][4]["low_tokens_per_head"].get<double>() + j["rows"][4]["high_tokens_per_head"].get<double>(),
+            127.0)
+      << "alpha_l 0.5 prunes nothing: the comparison is vacuous";
+}
+
 TEST(VerifyCli, BadFlagsExitTwoNamingThem) {
   auto run = run_kvcheck("verify --policy nope");
   EXPECT_EQ(run.code, 2);
@@ -138,6 +218,13 @@ TEST(VerifyCli, BadFlagsExitTwoNamingThem) {
   run = run_kvcheck("verify --device cuda");
   EXPECT_EQ(run.code, 2);
   EXPECT_NE(run.output.find("--device cuda"), std::string::npos) << run.output;
+  run = run_kvcheck("verify --xkv-calibrate 2 --policy h2o");
+  EXPECT_EQ(run.code, 2);
+  EXPECT_NE(run.output.find("--xkv-calibrate: policy: needs an xkv spec with a budget"), std::string::npos)
+      << run.output;
+  run = run_kvcheck("verify --xkv-calibrate 2 --policy xkv:budget=64 --prompt-tokens 32");
+  EXPECT_EQ(run.code, 2);
+  EXPECT_NE(run.output.find("--xkv-calibrate: --prompt-tokens: 32 prompt tokens"), std::string::npos) << run.output;
   run = run_kvcheck("verify --prompt-tokens 100000");
   EXPECT_EQ(run.code, 2);
   EXPECT_NE(run.output.find("max_position_embeddings"), std::string::npos) << run.output;

@@ -40,6 +40,39 @@ TEST(PolicySpec, ParsesParametersAndNamesWhatIsWrong) {
   EXPECT_NE(message("lean").find("unknown; known policies: full-fp32"), std::string::npos);
 }
 
+TEST(PolicySpec, XkvLayersAndLeanKvStaticParameters) {
+  EXPECT_EQ(make_policy("xkv:layers=12/40/0/7,window=4")->name(), "xkv:layers=12/40/0/7,window=4,pool=7");
+  EXPECT_EQ(make_policy("xkv:layers=5")->name(), "xkv:layers=5,window=8,pool=7");
+  EXPECT_EQ(make_policy("xkv:window=100,layers=5")->name(), "xkv:layers=5,window=100,pool=7");  // no budget to exceed
+  EXPECT_EQ(make_policy("xkv")->name(), "xkv:budget=64,window=8,pool=7");
+  EXPECT_EQ(make_policy("leankv:window=4,static_low=5,static_high=3")->name(),
+            "leankv:static_high=3,static_low=5,window=4,high_k=8,high_v=4,low_k=4,low_v=2");
+  EXPECT_EQ(make_policy("leankv:static_high=0,static_low=0")->name(),
+            "leankv:static_high=0,static_low=0,window=64,high_k=8,high_v=4,low_k=4,low_v=2");
+  auto message = [](const std::string& spec) {
+    try {
+      make_policy(spec);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string list_error = "policy 'xkv': parameter 'layers' needs numbers separated by '/', got ";
+  EXPECT_NE(message("xkv:layers=").find(list_error + "''"), std::string::npos) << message("xkv:layers=");
+  EXPECT_NE(message("xkv:layers=3/x").find(list_error + "'3/x'"), std::string::npos);
+  EXPECT_NE(message("xkv:layers=3//4").find(list_error + "'3//4'"), std::string::npos);
+  EXPECT_NE(message("xkv:layers=3/4/").find(list_error + "'3/4/'"), std::string::npos);
+  EXPECT_NE(message("xkv:layers=3/1.5").find("'layers' must be integers, got 3/1.5"), std::string::npos);
+  EXPECT_NE(message("xkv:layers=3/-1").find("'layers' entry = -1 is outside [0, "), std::string::npos);
+  EXPECT_NE(message("xkv:layers=3/4,retention=0.5").find("policy 'xkv': layers and retention exclude each other"),
+            std::string::npos);
+  EXPECT_NE(message("xkv:budget=3/4").find("policy 'xkv': parameter 'budget' needs a number, got '3/4'"),
+            std::string::npos);
+  EXPECT_NE(message("leankv:static_high=3").find("policy 'leankv': static_high and static_low are set together"),
+            std::string::npos);
+  EXPECT_NE(message("leankv:static_low=-2").find("'static_low' = -2 is outside [-1, "), std::string::npos);
+}
+
 TEST(EvictionRules, TopPositionsBreaksTiesTowardTheOlderPosition) {
   const std::vector<float> s = {0.1f, 0.5f, 0.5f, 0.3f, 0.9f, 0.5f};
   EXPECT_EQ(top_positions(s, 6, 3), (Positions{1, 2, 4}));

@@ -17,6 +17,9 @@
 //   leankv     the same score bookkeeping; the recent window held at high; and exactly the moves
 //              and drops of Algorithm 1, written out again here from the paper, from those
 //              scores. A token moved to low is checked as stored in the high format, then the low.
+//   leankv static  the recent window at high, exactly leankv_static_counts' high and low counts
+//              in every head at every step (the same for every head), and exactly the moves and
+//              drops of the static rule (optimized/leankv_policy.h), written out again here.
 // PlantedBugsAreCaught plants one wrong decision in a policy at a time and expects a failure.
 //
 //   RC_PARAMS="seed=N" build-cpu/properties/kvcheck_property_tests --gtest_filter='EvictionProps.*'
@@ -47,17 +50,18 @@ namespace {
 using testing::check_property;
 
 struct PolicyCase {
-  std::string kind;  // streaming, h2o, snapkv, pyramidkv, leankv
+  std::string kind;  // streaming, h2o, snapkv, pyramidkv, leankv, leankv-static, xkv
   std::int64_t a = 0, b = 0, c = 0;  // sinks/window; budget/recent tokens; budget/window/pool; -/window
   double recent = 0.0;               // h2o: recent share; pyramidkv: ratio
   double alpha_h = 0.0, alpha_l = 0.0;
+  std::int64_t static_high = 0, static_low = 0;  // leankv-static
   std::string spec;
 };
 
 PolicyCase gen_policy() {
   PolicyCase p;
-  p.kind = *rc::gen::element<std::string>("streaming", "h2o", "snapkv", "pyramidkv", "leankv", "xkv", "fp8", "kivi",
-                                          "minikv");
+  p.kind = *rc::gen::element<std::string>("streaming", "h2o", "snapkv", "pyramidkv", "leankv", "leankv-static", "xkv",
+                                          "fp8", "kivi", "minikv");
   if (p.kind == "fp8") {
     p.spec = "fp8";
   } else if (p.kind == "kivi") {
@@ -71,6 +75,13 @@ PolicyCase gen_policy() {
     p.alpha_h = *rc::gen::element(1.0, 4.0);        // pyramid ratio
     p.spec = fmt::format("minikv:budget={},recent={},pyramid={},residual={},value_group=8", p.a, p.recent, p.alpha_h,
                          p.b);
+  } else if (p.kind == "leankv-static") {
+    p.b = *rc::gen::inRange<std::int64_t>(1, 9);
+    p.static_high = *rc::gen::inRange<std::int64_t>(0, 8);
+    p.static_low = *rc::gen::inRange<std::int64_t>(0, 8);
+    const auto [hk, hv, lk, lv] = *rc::gen::element(std::tuple{8, 4, 4, 2}, std::tuple{16, 16, 8, 8}, std::tuple{8, 8, 2, 2});
+    p.spec = fmt::format("leankv:static_high={},static_low={},window={},high_k={},high_v={},low_k={},low_v={}",
+                         p.static_high, p.static_low, p.b, hk, hv, lk, lv);
   } else if (p.kind == "xkv") {
     p.b = *rc::gen::inRange<std::int64_t>(1, 6);
     p.a = p.b + *rc::gen::inRange<std::int64_t>(1, 10);
@@ -146,6 +157,29 @@ std::pair<std::int32_t, std::int32_t> leankv_rule(const std::vector<LiveToken>& 
     return {c, v != nullptr && sig(*v) < alpha_l / n ? v->position : -1};
   }
   return {-1, c};
+}
+
+// The static rule written out again: {demoted position, evicted position} (-1: none).
+std::pair<std::int32_t, std::int32_t> leankv_static_rule(const std::vector<LiveToken>& live, std::int32_t p,
+                                                         std::int64_t window, std::int64_t n_high, std::int64_t n_low) {
+  const std::int32_t c = p - static_cast<std::int32_t>(window);
+  if (c < 0) return {-1, -1};
+  auto key = [&](const LiveToken& t) {
+    return std::make_pair(static_cast<double>(t.score) / static_cast<double>(p - t.position), t.position);
+  };
+  std::vector<const LiveToken*> high, low;
+  for (const LiveToken& t : live) {
+    if (t.position <= c) (t.tier == 0 ? high : low).push_back(&t);
+  }
+  if (static_cast<std::int64_t>(high.size()) <= n_high) return {-1, -1};
+  auto least = [&](const std::vector<const LiveToken*>& pool) {
+    return *std::min_element(pool.begin(), pool.end(), [&](auto* a, auto* b) { return key(*a) < key(*b); });
+  };
+  const LiveToken* v = least(high);
+  if (static_cast<std::int64_t>(low.size()) < n_low) return {v->position, -1};
+  if (low.empty()) return {-1, v->position};
+  const LiveToken* w = least(low);
+  return key(*v) < key(*w) ? std::pair{-1, v->position} : std::pair{v->position, w->position};
 }
 
 struct HeadHistory {
@@ -241,7 +275,20 @@ std::string check_case(const EvictionCase& ec, const PolicyCase& pc, std::unique
         if (j < pc.a || j > p - pc.b || p + 1 <= pc.a + pc.b) want.insert(j);
       }
       if (held != want) fail(at + ": streaming holds the wrong positions");
-    } else if (pc.kind == "leankv") {
+    } else if (pc.kind == "leankv" || pc.kind == "leankv-static") {
+      if (pc.kind == "leankv-static") {
+        LeanKvParams lp;
+        lp.window = pc.b;
+        lp.static_high = pc.static_high;
+        lp.static_low = pc.static_low;
+        const auto [want_high, want_low] = leankv_static_counts(lp, p);
+        std::int64_t high = 0, low = 0;
+        for (const LiveToken& t : live) ++(t.tier == 0 ? high : low);
+        if (high != want_high || low != want_low) {
+          fail(at + fmt::format(": static leankv holds {} high and {} low tokens, every head must hold {} and {}", high,
+                                low, want_high, want_low));
+        }
+      }
       for (const LiveToken& t : live) {
         if (t.position > p - pc.b && t.tier != 0) fail(at + fmt::format(": recent position {} is not at high", t.position));
       }
@@ -365,7 +412,7 @@ std::string check_case(const EvictionCase& ec, const PolicyCase& pc, std::unique
     }
     // Accumulated scores (H2O, LeanKV) and the decisions they drive, from the previous step.
     const auto key = std::make_pair(s.layer, s.kv_head);
-    const bool accumulates = pc.kind == "h2o" || pc.kind == "leankv";
+    const bool accumulates = pc.kind == "h2o" || pc.kind == "leankv" || pc.kind == "leankv-static";
     if (accumulates && last_live.contains(key)) {
       std::map<std::int32_t, float> expected;  // after the previous step's update
       std::vector<LiveToken> before = last_live[key];
@@ -385,8 +432,10 @@ std::string check_case(const EvictionCase& ec, const PolicyCase& pc, std::unique
                                 expected.contains(t.position) ? expected[t.position] : -1.0f));
         }
       }
-      if (pc.kind == "leankv") {
-        const auto [want_demoted, want_evicted] = leankv_rule(before, p, pc.b, pc.alpha_h, pc.alpha_l);
+      if (pc.kind == "leankv" || pc.kind == "leankv-static") {
+        const auto [want_demoted, want_evicted] =
+            pc.kind == "leankv" ? leankv_rule(before, p, pc.b, pc.alpha_h, pc.alpha_l)
+                                : leankv_static_rule(before, p, pc.b, pc.static_high, pc.static_low);
         std::map<std::int32_t, int> tier_now;
         for (const LiveToken& t : live) tier_now[t.position] = t.tier;
         for (const LiveToken& t : before) {
@@ -608,6 +657,25 @@ class DecodingMiniKv final : public PlantedBug {
   }
 };
 
+// Static LeanKV choosing its high victim by accumulated score instead of significance (which
+// favours the newest tokens, that have had the fewest queries to gather attention from).
+class RawScoreStaticLeanKv final : public PlantedBug {
+ public:
+  using PlantedBug::PlantedBug;
+  StepDecision decide_step(std::int32_t l, std::span<const LiveToken> live, std::int32_t p) const override {
+    StepDecision d = inner_->decide_step(l, live, p);
+    const std::optional<std::size_t> victim = d.demote ? d.demote : d.evict;
+    if (!victim || live[*victim].tier != 0) return d;
+    std::size_t pick = *victim;
+    for (std::size_t i = 0; i < live.size(); ++i) {
+      // (window 2 in the planted case: the positions up to p - 2 are outside it)
+      if (live[i].tier == 0 && live[i].position <= p - 2 && live[i].score < live[pick].score) pick = i;
+    }
+    (d.demote ? d.demote : d.evict) = pick;
+    return d;
+  }
+};
+
 // Streaming's prompt selection forgetting the sinks.
 class SinklessStreaming final : public PlantedBug {
  public:
@@ -643,6 +711,15 @@ TEST(EvictionProps, PlantedBugsAreCaught) {
     pc.spec = "leankv:alpha_h=1,alpha_l=0.6,window=3";
     return pc;
   };
+  auto static_case = [](std::int64_t n_high, std::int64_t n_low) {
+    PolicyCase pc;
+    pc.kind = "leankv-static";
+    pc.b = 2;
+    pc.static_high = n_high;
+    pc.static_low = n_low;
+    pc.spec = fmt::format("leankv:static_high={},static_low={},window=2", n_high, n_low);
+    return pc;
+  };
   const std::vector<Planted> planted = {
       {"streaming evicts the newest token", policy_case("streaming", 2, 4, 0, "streaming:sinks=2,window=4"),
        [](auto p) {  // the newest token instead of the oldest non-sink
@@ -671,6 +748,10 @@ TEST(EvictionProps, PlantedBugsAreCaught) {
       {"minikv evicts while decoding",
        policy_case("minikv", 8, 16, 0.5, "minikv:budget=8,recent=0.5,residual=16,value_group=8"),
        [](auto p) { return std::make_unique<DecodingMiniKv>(std::move(p)); }},
+      {"static leankv keeps the low victim (the low tier outgrows its budget)", static_case(3, 2),
+       [](auto p) { return std::make_unique<HoardingLeanKv>(std::move(p)); }},
+      {"static leankv ranks its high victim by score, not significance", static_case(3, 2),
+       [](auto p) { return std::make_unique<RawScoreStaticLeanKv>(std::move(p)); }},
   };
   std::mt19937_64 rng(20261123);
   for (const Planted& bug : planted) {
