@@ -10,5 +10,5 @@ cd "$(dirname "$0")/../.."
 kvcheck=${1:-build/bin/kvcheck}
 "$kvcheck" verify --sweep --prompts 16 --prompt-tokens 128 --max-new-tokens 128 \
   --sweep-budgets 32,64,96,128 --sweep-retrieval 60 --xkv-calibrate 16 \
-  --sweep-specs 'kv-bits:k=4,v=8;kv-bits:k=4,v=2;kv-bits:k=2,v=4;leankv:high_k=4,high_v=8,low_k=2,low_v=4;leankv:alpha_l=0.2;leankv:alpha_l=0.2,high_k=4,high_v=8,low_k=2,low_v=4' \
+  --sweep-specs 'kv-bits:k=4,v=8;kv-bits:k=4,v=2;kv-bits:k=2,v=4;leankv:high_k=4,high_v=8,low_k=2,low_v=4;leankv:alpha_l=0.2;leankv:alpha_l=0.2,high_k=4,high_v=8,low_k=2,low_v=4;kivi2:residual=32;kivi4:residual=32;minikv:budget=64,residual=32;minikv:budget=64,pyramid=4,residual=32' \
   --json datasets/baselines/sweep-kvcheck-tiny.json
