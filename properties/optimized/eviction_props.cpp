@@ -549,6 +549,7 @@ class PlantedBug : public KvPolicy {
   std::vector<KvTier> tiers() const override { return inner_->tiers(); }
   bool evicts() const override { return inner_->evicts(); }
   std::int64_t residual_tokens() const override { return inner_->residual_tokens(); }
+  SlotStrategy slot_strategy() const override { return inner_->slot_strategy(); }
   std::int64_t observation_window() const override { return inner_->observation_window(); }
   std::vector<std::int32_t> select_prompt(std::int32_t layer, std::int64_t n, const PromptScores& s) const override {
     return inner_->select_prompt(layer, n, s);
@@ -676,6 +677,29 @@ class RawScoreStaticLeanKv final : public PlantedBug {
   }
 };
 
+// PyramidKV with every layer at the mean budget (SnapKV's selection): no pyramid.
+class FlatPyramidKv final : public PlantedBug {
+ public:
+  FlatPyramidKv(std::unique_ptr<KvPolicy> inner, std::unique_ptr<KvPolicy> flat)
+      : PlantedBug(std::move(inner)), flat_(std::move(flat)) {}
+  std::vector<std::int32_t> select_prompt(std::int32_t layer, std::int64_t n, const PromptScores& s) const override {
+    return flat_->select_prompt(layer, n, s);
+  }
+  PromptSelection select_prompt_tiers(std::int32_t layer, std::int64_t n, const PromptScores& s) const override {
+    return flat_->select_prompt_tiers(layer, n, s);
+  }
+
+ private:
+  std::unique_ptr<KvPolicy> flat_;
+};
+
+// SpvLLM claiming free-block but leaving emptied pages in place (no-op).
+class NoFreeSpvLlm final : public PlantedBug {
+ public:
+  using PlantedBug::PlantedBug;
+  SlotStrategy slot_strategy() const override { return SlotStrategy::kNoOp; }
+};
+
 // Streaming's prompt selection forgetting the sinks.
 class SinklessStreaming final : public PlantedBug {
  public:
@@ -743,6 +767,16 @@ TEST(EvictionProps, PlantedBugsAreCaught) {
        [](auto p) { return std::make_unique<ProudLeanKv>(std::move(p)); }},
       {"leankv keeps an insignificant low victim", leankv_case(),
        [](auto p) { return std::make_unique<HoardingLeanKv>(std::move(p)); }},
+      {"pyramidkv gives every layer the mean budget",
+       policy_case("pyramidkv", 10, 2, 4.0, "pyramidkv:budget=10,ratio=4,window=2,pool=3"),
+       [](auto p) { return std::make_unique<FlatPyramidKv>(std::move(p), make_snapkv_policy(10, 2, 3)); }},
+      {"spvllm free-block never frees an emptied page",
+       [&] {
+         PolicyCase pc = policy_case("h2o", 2, 1, 0.5, "spvllm:budget=2,recent=0.5,strategy=free-block");
+         pc.c = 2;  // 1 + the index of free-block
+         return pc;
+       }(),
+       [](auto p) { return std::make_unique<NoFreeSpvLlm>(std::move(p)); }},
       {"kivi flushes its residual one group late", policy_case("kivi", 16, 16, 0, "kivi2:group=16,residual=16"),
        [](auto p) { return std::make_unique<LateFlushKivi>(std::move(p)); }},
       {"minikv evicts while decoding",
