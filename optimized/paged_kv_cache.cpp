@@ -111,6 +111,19 @@ void PagedKvCache::check_finite(std::int64_t request, std::int32_t layer, std::i
   }
 }
 
+void PagedKvCache::check_fp16_range(std::int64_t request, std::int32_t layer, std::int32_t head,
+                                    std::span<const std::int32_t> positions, std::span<const float> rows,
+                                    const char* part) const {
+  const auto d = static_cast<std::size_t>(model_.head_dim);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (std::fabs(rows[i]) > quant::kF16Max) {
+      throw InputError(fmt::format("request {}: layer {}, kv head {}, position {}: {} channel {} = {} is outside "
+                                   "fp16's range (not stored)", request, layer, head, positions[i / d], part, i % d,
+                                   rows[i]));
+    }
+  }
+}
+
 float* PagedKvCache::fp8_scale(std::int64_t request, std::int32_t layer, std::int32_t head, int part) {
   std::vector<float>& s = fp8_scales_[request];
   s.resize(static_cast<std::size_t>(2 * manager_.heads_per_request()), 0.0f);
@@ -125,6 +138,11 @@ void PagedKvCache::store_block(std::int64_t request, std::int32_t layer, std::in
   if (n == 0) return;
   check_finite(request, layer, head, positions, keys, values);
   const KvTier& tier = tiers_[static_cast<std::size_t>(tier_index)];
+  // fp16 holds magnitudes up to 65504; rounding a larger one would store an infinity.
+  for (int part = 0; part < 2; ++part) {
+    if ((part == 0 ? tier.key : tier.value).dtype != KvDType::kFp16) continue;
+    check_fp16_range(request, layer, head, positions, part == 0 ? keys : values, part == 0 ? "key" : "value");
+  }
   PagePool& pool = manager_.pool();
   std::vector<PageId> pages(slots.size());
   for (std::size_t i = 0; i < slots.size(); ++i) pages[i] = manager_.page_of(request, layer, head, slots[i]);
@@ -285,6 +303,9 @@ void PagedKvCache::commit_prompt(std::int64_t request, std::int64_t tokens, std:
                      values[static_cast<std::size_t>(l)].begin() + at + d);
           }
           if (from_fp16 && tier == kLowTier) {
+            check_finite(request, l, h, list, k, v);
+            check_fp16_range(request, l, h, list, k, "key");
+            check_fp16_range(request, l, h, list, v, "value");
             for (float* x : {k.data(), v.data()}) {
               for (std::size_t i = 0; i < k.size(); ++i) x[i] = round_to_f16(x[i]);
             }

@@ -116,6 +116,10 @@ class PagedKvCache {
  private:
   void check_finite(std::int64_t request, std::int32_t layer, std::int32_t head, std::span<const std::int32_t> positions,
                     std::span<const float> keys, std::span<const float> values) const;
+  // InputError naming the request, layer, head, position and channel of a value beyond fp16's
+  // largest finite 65504, for rows a tier stores in (or quantizes from) fp16.
+  void check_fp16_range(std::int64_t request, std::int32_t layer, std::int32_t head,
+                        std::span<const std::int32_t> positions, std::span<const float> rows, const char* part) const;
   // The fp32 FP8 scale of a head's keys (part 0) or values (part 1); 0 until its first block.
   float* fp8_scale(std::int64_t request, std::int32_t layer, std::int32_t head, int part);
   // Encodes n tokens' rows ([n][head_dim] each, kernels/cpu/page_encode.h) into the given slots of

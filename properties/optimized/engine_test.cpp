@@ -153,6 +153,34 @@ TEST(Engine, NanActivationsAreRejectedNotStored) {
   EXPECT_EQ(engine->cache->free_pages(), before) << "a failed prefill keeps no page";
 }
 
+// A key beyond fp16's range (65504) would round to infinity: under an fp16 tier, and under KIVI
+// (its quantized tier is encoded from fp16), it is rejected naming where it is; fp32 stores it.
+TEST(Engine, KeysBeyondFp16RangeAreRejectedWhereFp16StoresThem) {
+  const ModelConfig c = tiny_config();
+  const ReferenceModel model = tiny_model(c, 5);
+  for (const char* policy : {"full-fp16", "kivi4:group=16,residual=16", "full-fp32"}) {
+    EngineOptions o;
+    o.policy = policy;
+    o.page_bytes = 4096;
+    o.poison = true;
+    auto engine = make_engine(model, o);
+    engine->weights.layers[0].k.w *= 1e6f;
+    const std::int64_t before = engine->cache->free_pages();
+    const bool fp32 = std::string(policy) == "full-fp32";
+    try {
+      engine->runner->prefill(4, test_tokens(20, c.vocab_size, 1));
+      EXPECT_TRUE(fp32) << policy << ": a key beyond fp16's range was stored";
+    } catch (const InputError& e) {
+      EXPECT_FALSE(fp32) << e.what();
+      const std::string m = e.what();
+      EXPECT_NE(m.find("request 4"), std::string::npos) << m;
+      EXPECT_NE(m.find("layer 0"), std::string::npos) << m;
+      EXPECT_NE(m.find("outside fp16's range"), std::string::npos) << m;
+      EXPECT_EQ(engine->cache->free_pages(), before) << "a failed prefill keeps no page";
+    }
+  }
+}
+
 TEST(Engine, PoolTooSmallForPromptKeepsNothing) {
   const ModelConfig c = tiny_config();
   const ReferenceModel model = tiny_model(c, 5);
