@@ -189,7 +189,7 @@ void PagePool::store_codes(PageId id, std::int64_t slot, const SlotCodes& codes)
     if (meta.size() != dst.size()) {
       throw std::logic_error(fmt::format("page pool: metadata of {} bytes for a slot of {}", meta.size(), dst.size()));
     }
-    std::memcpy(dst.data(), meta.data(), meta.size());
+    if (!meta.empty()) std::memcpy(dst.data(), meta.data(), meta.size());  // fp16 / fp32: none (data() may be null)
   };
   put_meta(Segment::kKeyMeta, codes.key_meta);
   put_meta(Segment::kValueMeta, codes.value_meta);
@@ -211,7 +211,7 @@ PagePool::SlotCodes PagePool::load_codes(PageId id, std::int64_t slot) const {
   load_value_row(segment(l.value_codes), s.value_tiling, l.tokens, slot, c.value);
   auto get_meta = [&](Segment g, std::vector<std::uint8_t>& meta) {
     const std::span<const std::byte> src = slot_bytes(id, slot, g);
-    std::memcpy(meta.data(), src.data(), src.size());
+    if (!src.empty()) std::memcpy(meta.data(), src.data(), src.size());
   };
   get_meta(Segment::kKeyMeta, c.key_meta);
   get_meta(Segment::kValueMeta, c.value_meta);
