@@ -272,11 +272,13 @@ void UnifiedPageManager::decode_step(std::span<const DecodeOp> ops) {
   // and free-block's emptied victim page.
   std::vector<PageId> append_page(ops.size(), kNoPage), emptied(ops.size(), kNoPage);
   std::vector<std::int64_t> append_slot(ops.size(), 0);
+  std::vector<bool> appending(ops.size(), false);
   for_each_head(n, config_.compaction, [&](std::int64_t k) {
     const auto i = static_cast<std::size_t>(k);
     const DecodeOp& op = ops[i];
     const HeadState& h = *heads[i];
     if (op.slots != SlotStrategy::kSlotReuse && !op.flush) {
+      appending[i] = true;
       const std::int64_t pages = h.table.count(kHighTier);
       if (pages > 0) {
         const PageId last = h.table.at(kHighTier, pages - 1);
@@ -336,7 +338,7 @@ void UnifiedPageManager::decode_step(std::span<const DecodeOp> ops) {
       const PageId id = list_.id_at(at);
       pool_.format(id, PageOwner{h.table.key(), page_tier[i]});
       h.table.push(page_tier[i], id);
-      if (ops[i].slots != SlotStrategy::kSlotReuse) {
+      if (appending[i]) {
         append_page[i] = id;
         append_slot[i] = 0;
       }
@@ -377,7 +379,7 @@ void UnifiedPageManager::decode_step(std::span<const DecodeOp> ops) {
       pool_.kill(h.table.at(op.evict->tier, op.evict->page_index), op.evict->slot);
       h.live[op.evict->tier] -= 1;
     }
-    if (op.slots != SlotStrategy::kSlotReuse && !flushing[i]) {
+    if (appending[i]) {
       pool_.put(append_page[i], append_slot[i], op.token);
       h.live[kHighTier] += 1;
       return;
