@@ -1,0 +1,81 @@
+#include "properties/fuzz/fuzz_targets.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "reference/config.h"
+#include "reference/errors.h"
+#include "reference/safetensors.h"
+#include "reference/tokenizer.h"
+
+#ifndef KVCHECK_SOURCE_DIR
+#error "KVCHECK_SOURCE_DIR must name the source tree (the embedded model's tokenizer.model)"
+#endif
+
+namespace kvcheck::fuzz {
+namespace {
+
+// One scratch file per process, in memory when /dev/shm exists: the safetensors reader maps files.
+const std::filesystem::path& scratch_file() {
+  static const std::filesystem::path path = [] {
+    const std::filesystem::path dir = std::filesystem::exists("/dev/shm") ? "/dev/shm" : std::filesystem::temp_directory_path();
+    return dir / ("kvcheck-fuzz-" + std::to_string(::getpid()) + ".safetensors");
+  }();
+  return path;
+}
+
+}  // namespace
+
+int safetensors(const std::uint8_t* data, std::size_t size) {
+  {
+    std::ofstream out(scratch_file(), std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
+  }
+  try {
+    const SafetensorsFile file = SafetensorsFile::open(scratch_file());
+    unsigned sum = 0;
+    for (const std::string& name : file.names()) {
+      const auto view = file.find(name);
+      if (!view) std::abort();  // a listed name must be found
+      for (const std::byte b : view->bytes) sum += static_cast<unsigned>(b);  // ASan: every byte in bounds
+      (void)file.origin(name);
+    }
+    (void)file.metadata();
+    static volatile unsigned sink = 0;
+    sink = sink + sum;
+  } catch (const InputError&) {
+  }
+  return 0;
+}
+
+int config(const std::uint8_t* data, std::size_t size) {
+  const nlohmann::json json =
+      nlohmann::json::parse(std::string_view(reinterpret_cast<const char*>(data), size), nullptr, false);
+  if (json.is_discarded()) return 0;  // not JSON: load_config reports that itself
+  try {
+    const ModelConfig c = parse_config(json, "fuzz/config.json");
+    (void)config_to_json(c);
+  } catch (const InputError&) {
+  }
+  return 0;
+}
+
+int tokenizer(const std::uint8_t* data, std::size_t size) {
+  static const Tokenizer tok =
+      Tokenizer::load(std::filesystem::path(KVCHECK_SOURCE_DIR) / "datasets/models/kvcheck-tiny/tokenizer.model");
+  try {
+    const std::vector<std::int32_t> ids = tok.encode(std::string_view(reinterpret_cast<const char*>(data), size), true);
+    (void)tok.decode(ids);
+  } catch (const InputError&) {
+  }
+  return 0;
+}
+
+}  // namespace kvcheck::fuzz

@@ -1,0 +1,27 @@
+// Coverage-guided fuzz targets (libFuzzer, ci/fuzz.sh) for the parsers that read untrusted
+// input. Each takes arbitrary bytes and returns 0; malformed input must end in an InputError
+// (caught here), never in a crash, a sanitizer report, a hang or another exception type (which
+// escapes and fails the run). The same functions replay the committed corpora
+// (datasets/fuzz/<target>/) in the unit suite (FuzzCorpora.*), so every input a fuzzer once
+// found stays a regression test.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kvcheck::fuzz {
+
+// A .safetensors file: header length, JSON header, data region (SafetensorsFile::open, then
+// every tensor found and every byte of its view read).
+int safetensors(const std::uint8_t* data, std::size_t size);
+// A config.json (nlohmann::json parse, then parse_config's validation).
+int config(const std::uint8_t* data, std::size_t size);
+// Tokenizer input: arbitrary bytes (invalid UTF-8 included) encoded with the embedded model's
+// tokenizer.model, and the ids decoded again.
+int tokenizer(const std::uint8_t* data, std::size_t size);
+// A command stream for the page manager (admit + prompt phase, decode steps with evictions,
+// demotions, flushes and every slot strategy, compaction, finish, preempt) on a pool the first
+// bytes shape; the invariants checked after every command (page_manager_fuzz.cpp).
+int page_manager(const std::uint8_t* data, std::size_t size);
+
+}  // namespace kvcheck::fuzz
