@@ -368,13 +368,12 @@ void PagedKvCache::reserve(std::span<const std::int64_t> requests, std::span<con
         } else if (op.flush) {
           // Every live high token, in walk order (the order the flush places them in).
           Moved m{ops.size(), {}, {}, {}};
-          const PageTable& table = manager_.table(op.request, l, h);
-          for (std::int64_t p = 0; p < table.count(kHighTier); ++p) {
-            const PageId id = table.at(kHighTier, p);
+          walk_pages(manager_, op.request, l, h, [&](int tier, std::int64_t, PageId id) {
+            if (tier != kHighTier) return;
             for (std::int64_t slot = 0; slot < pool.tokens_per_page(kHighTier); ++slot) {
               if (pool.live(id, slot)) read_high(id, slot, m);
             }
-          }
+          });
           if (!m.positions.empty()) moved.push_back(std::move(m));
         }
         ops.push_back(op);

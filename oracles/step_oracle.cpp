@@ -1,6 +1,5 @@
 #include "oracles/step_oracle.h"
 
-#include <Eigen/Core>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -8,28 +7,20 @@
 #include <limits>
 #include <stdexcept>
 
-#include "oracles/quantize_ref.h"
+#include "oracles/held_rows_ref.h"
 #include "oracles/retained_attention.h"
 
 namespace kvcheck {
 
 std::vector<float> stored_row_ref(const KvFormat& format, std::span<const float> row) {
-  switch (format.dtype) {
-    case KvDType::kFp32:
-      return {row.begin(), row.end()};
-    case KvDType::kFp16: {
-      std::vector<float> out(row.size());
-      for (std::size_t i = 0; i < row.size(); ++i) out[i] = static_cast<float>(Eigen::half(row[i]));
-      return out;
-    }
-    case KvDType::kInt: {
-      const auto d = static_cast<std::int64_t>(row.size());
-      return dequantize_ref(format.spec, quantize_ref(format.spec, row, 1, d), 1, d);
-    }
-    case KvDType::kFp8E4M3:
-      break;
+  if (format.dtype == KvDType::kFp8E4M3) {
+    throw std::invalid_argument("stored_row_ref: fp8 needs its head's scale (stored_rows_ref)");
   }
-  throw std::invalid_argument("stored_row_ref: fp8 is not a per-token row format");
+  if (format.dtype == KvDType::kInt && format.spec.granularity == Granularity::kPerChannel) {
+    throw std::invalid_argument("stored_row_ref: per-channel keys are stored in groups of tokens (stored_rows_ref)");
+  }
+  const auto d = static_cast<std::int64_t>(row.size());
+  return stored_rows_ref(format, row, 1, d, 0.0f);
 }
 
 namespace {

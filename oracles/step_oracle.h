@@ -24,8 +24,9 @@
 
 namespace kvcheck {
 
-// A row [head_dim] as `format` stores it, dequantized (fp32: itself; fp16: rounded to nearest
-// even; per-token INT: oracles/quantize_ref.h). std::invalid_argument for other formats.
+// A row [head_dim] as `format` stores it, dequantized: oracles/held_rows_ref.h's stored_rows_ref
+// of one row (fp32: itself; fp16: rounded to nearest even; INT per token or per token group).
+// std::invalid_argument for FP8 (it needs its head's scale) and per-channel keys (groups of rows).
 std::vector<float> stored_row_ref(const KvFormat& format, std::span<const float> row);
 
 struct DecodeStepInputs {

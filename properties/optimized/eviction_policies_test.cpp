@@ -15,20 +15,22 @@ namespace {
 
 using Positions = std::vector<std::int32_t>;
 
+// The InputError make_policy(spec) throws, or "no error".
+std::string message(const std::string& spec) {
+  try {
+    make_policy(spec);
+  } catch (const InputError& e) {
+    return std::string(e.what());
+  }
+  return std::string("no error");
+}
+
 TEST(PolicySpec, ParsesParametersAndNamesWhatIsWrong) {
   EXPECT_EQ(make_policy("h2o")->name(), "h2o:budget=64,recent=0.5");
   EXPECT_EQ(make_policy("h2o:recent=0.25,budget=10")->name(), "h2o:budget=10,recent=0.25");
   EXPECT_EQ(make_policy("streaming:window=8")->name(), "streaming:sinks=4,window=8");
   EXPECT_FALSE(make_policy("full-fp16")->evicts());
   EXPECT_TRUE(make_policy("snapkv")->evicts());
-  auto message = [](const std::string& spec) {
-    try {
-      make_policy(spec);
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   EXPECT_NE(message("h2o:budgt=3").find("unknown parameter 'budgt'; its parameters: budget, recent"), std::string::npos);
   EXPECT_NE(message("h2o:budget=1.5").find("'budget' must be an integer"), std::string::npos);
   EXPECT_NE(message("h2o:budget=").find("'budget' needs a number"), std::string::npos);
@@ -49,14 +51,6 @@ TEST(PolicySpec, XkvLayersAndLeanKvStaticParameters) {
             "leankv:static_high=3,static_low=5,window=4,high_k=8,high_v=4,low_k=4,low_v=2");
   EXPECT_EQ(make_policy("leankv:static_high=0,static_low=0")->name(),
             "leankv:static_high=0,static_low=0,window=64,high_k=8,high_v=4,low_k=4,low_v=2");
-  auto message = [](const std::string& spec) {
-    try {
-      make_policy(spec);
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   const std::string list_error = "policy 'xkv': parameter 'layers' needs numbers separated by '/', got ";
   EXPECT_NE(message("xkv:layers=").find(list_error + "''"), std::string::npos) << message("xkv:layers=");
   EXPECT_NE(message("xkv:layers=3/x").find(list_error + "'3/x'"), std::string::npos);
@@ -241,14 +235,6 @@ TEST(ResidualPolicies, MiniKvKeepsHeavyHittersAndARecentWindowOnce) {
 }
 
 TEST(ResidualPolicies, SpecsNameWhatIsWrong) {
-  auto message = [](const std::string& spec) {
-    try {
-      make_policy(spec);
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   EXPECT_NE(message("kivi2:group=24").find("group must be 16, 32 or 128"), std::string::npos);
   EXPECT_NE(message("kivi4:group=32,residual=48").find("residual must be a multiple of group (32)"),
             std::string::npos);

@@ -75,8 +75,7 @@ double optimum(const Scores& scores, std::int64_t total) {
   return best[static_cast<std::size_t>(total)];
 }
 
-Scores gen_scores() {
-  const auto layers = *rc::gen::inRange<std::size_t>(1, 5);
+Scores gen_scores(std::size_t layers) {
   Scores s;
   for (std::size_t l = 0; l < layers; ++l) {
     // Layers of different sizes and scales: raw and normalised rankings then differ.
@@ -88,6 +87,8 @@ Scores gen_scores() {
   }
   return s;
 }
+
+Scores gen_scores() { return gen_scores(*rc::gen::inRange<std::size_t>(1, 5)); }
 
 std::int64_t available(const Scores& s) {
   std::int64_t n = 0;
@@ -174,14 +175,7 @@ std::pair<Samples, std::int64_t> gen_samples() {
   Samples samples;
   std::int64_t least = std::numeric_limits<std::int64_t>::max();
   for (std::size_t r = 0; r < k; ++r) {
-    Scores s;
-    for (std::size_t l = 0; l < layers; ++l) {
-      const auto n = *rc::gen::inRange<std::size_t>(1, 8);
-      const double scale = *rc::gen::element(0.01, 1.0, 50.0);
-      std::vector<double> w;
-      for (std::size_t i = 0; i < n; ++i) w.push_back(scale * *rc::gen::inRange<int>(0, 1000) / 1000.0);
-      s.push_back(w);
-    }
+    const Scores s = gen_scores(layers);
     least = std::min(least, available(s));
     samples.push_back(s);
   }
