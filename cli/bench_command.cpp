@@ -28,7 +28,7 @@ constexpr const char* kVictimRule =
 int run_fragmentation(const BenchArgs& args) {
   FragmentationWorkloadConfig c;
   c.seed = args.seed;
-  c.requests = args.requests;
+  c.requests = args.requests > 0 ? args.requests : 1000;
   const std::vector<WorkloadRequest> requests = make_fragmentation_requests(c);
   double prompt_sum = 0.0, output_sum = 0.0;
   for (const WorkloadRequest& r : requests) {
@@ -97,14 +97,39 @@ int run_fragmentation(const BenchArgs& args) {
 }  // namespace
 
 void add_bench(CLI::App& app, BenchArgs& args) {
-  CLI::App* cmd = app.add_subcommand("bench", "Benchmarks (one mode per flag: --fragmentation, --engine)");
+  CLI::App* cmd = app.add_subcommand(
+      "bench", "Benchmarks (one mode at a time: --workload NAME / --workload-file FILE, --fragmentation, --engine)");
+  cmd->add_option("--workload", args.workload,
+                  "Serving benchmark on a synthetic workload: chat, reasoning, long-context or shared-prefix");
+  cmd->add_option("--workload-file", args.workload_file, "Serving benchmark on the requests of a JSONL file");
+  cmd->add_option("--save-workload", args.save_workload, "--workload: also write the requests as JSONL to FILE");
+  cmd->add_option("--policies", args.policies,
+                  "--workload: policies after the contiguous and paged-fp16 baselines (comma-separated specs)")
+      ->capture_default_str();
+  cmd->add_option("--kv-budget", args.kv_budget,
+                  "--workload: KV memory in bytes (0: about 8 requests at full context in full fp16)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--page-bytes", args.page_bytes, "--workload: page size (0: 16 tokens of a full-fp16 head)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--rate", args.rate, "--workload: Poisson arrivals, requests per second (0: all at once)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--reasoning-cap", args.reasoning_cap, "--workload reasoning: longest generation")
+      ->capture_default_str();
+  cmd->add_option("--max-batch", args.max_batch, "--workload: most requests decoded together")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--preemption", args.preemption, "--workload: recompute, swap or auto")->capture_default_str();
+  cmd->add_option("--device", args.device, "--workload: cpu or cuda")->capture_default_str();
   cmd->add_flag("--fragmentation", args.fragmentation,
                 "Internal fragmentation of the four SpvLLM slot strategies and the no-eviction baseline "
                 "on a synthetic ShareGPT-like workload");
   cmd->add_flag("--engine", args.engine,
                 "Generation speed of the optimized engine at batch 1 and at --batch against the reference at "
                 "batch 1, measured side by side in this run");
-  cmd->add_option("--model", args.model, "--engine: model directory (default: the embedded model)");
+  cmd->add_option("--model", args.model, "--engine, --workload: model directory (default: the embedded model)");
   cmd->add_option("--policy", args.policy, "--engine: KV policy")->capture_default_str();
   cmd->add_option("--prompt-tokens", args.prompt_tokens, "--engine: tokens per prompt")
       ->capture_default_str()
@@ -115,20 +140,27 @@ void add_bench(CLI::App& app, BenchArgs& args) {
   cmd->add_option("--batch", args.batch, "--engine: requests decoded together")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--threads", args.threads, "--engine: CPU threads (0: every core)")->capture_default_str();
+  cmd->add_option("--threads", args.threads, "--engine, --workload: CPU threads (0: every core)")->capture_default_str();
   cmd->add_option("--json", args.json, "Write the results as JSON to FILE (atomically)");
   cmd->add_option("--seed", args.seed, "Workload seed")->capture_default_str();
-  cmd->add_option("--requests", args.requests, "Number of requests")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--requests", args.requests, "Number of requests (0: 1000 for --fragmentation, 64 for --workload)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--quiet", args.quiet, "No progress on stderr");
 }
 
 int run_bench(const BenchArgs& args) {
-  if (args.fragmentation && args.engine) {
-    throw input_error("kvcheck bench", "mode", "pass one mode at a time (--fragmentation or --engine)");
+  const bool serving = !args.workload.empty() || !args.workload_file.empty();
+  if (static_cast<int>(args.fragmentation) + static_cast<int>(args.engine) + static_cast<int>(serving) > 1) {
+    throw input_error("kvcheck bench", "mode",
+                      "pass one mode at a time (--workload/--workload-file, --fragmentation or --engine)");
   }
   if (args.fragmentation) return run_fragmentation(args);
   if (args.engine) return run_engine_bench(args);
-  throw input_error("kvcheck bench", "mode", "no benchmark mode given: pass one of --fragmentation, --engine");
+  if (serving) return run_serving_bench(args);
+  throw input_error("kvcheck bench", "mode",
+                    "no benchmark mode given: pass one of --workload NAME, --workload-file FILE, --fragmentation, "
+                    "--engine");
 }
 
 }  // namespace kvcheck::cli

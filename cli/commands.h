@@ -112,11 +112,25 @@ struct BenchArgs {
   int threads = 0;
   std::string json;
   std::uint64_t seed = 1;
-  std::int64_t requests = 1000;
+  std::int64_t requests = 0;  // 0: the mode's default (fragmentation 1000, serving 64)
   bool quiet = false;
+  // The serving benchmark (--workload NAME or --workload-file FILE).
+  std::string workload;
+  std::string workload_file;
+  std::string save_workload;
+  std::string policies = "int8,kivi2,leankv,h2o,minikv";
+  std::string device = "cpu";
+  std::int64_t kv_budget = 0;    // bytes; 0: about 8 requests at full context in full fp16
+  std::int64_t page_bytes = 0;   // 0: 16 tokens of a full-fp16 head per page
+  double rate = 0.0;             // requests per second (Poisson); 0: all at once
+  std::int64_t reasoning_cap = 4096;
+  std::int64_t max_batch = 256;
+  std::string preemption = "auto";
 };
 void add_bench(CLI::App& app, BenchArgs& args);
 int run_bench(const BenchArgs& args);
 int run_engine_bench(const BenchArgs& args);
+int run_serving_bench(const BenchArgs& args);
+
 
 }  // namespace kvcheck::cli

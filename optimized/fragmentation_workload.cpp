@@ -4,31 +4,12 @@
 #include <cmath>
 #include <random>
 
+#include "optimized/seeded_draws.h"
 #include "reference/errors.h"
 
 namespace kvcheck {
 
 namespace {
-
-// splitmix64: the per-request generators' seeds.
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-// A uniform double in [0, 1) from 53 bits (the same on every standard library).
-double unit(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
-
-// Lognormal with the given mean: mu = ln(mean) - sigma^2/2; Box-Muller for the normal.
-std::int64_t lognormal(std::mt19937_64& rng, double mean, double sigma, std::int64_t max_len) {
-  const double u1 = std::max(unit(rng), 1e-300);
-  const double u2 = unit(rng);
-  const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-  const double x = std::exp(std::log(mean) - 0.5 * sigma * sigma + sigma * z);
-  return std::clamp<std::int64_t>(std::llround(x), 1, max_len);
-}
 
 double quantile(std::vector<double> v, double q) {
   if (v.empty()) return 0.0;
@@ -49,11 +30,11 @@ struct Running {
 
 std::vector<WorkloadRequest> make_fragmentation_requests(const FragmentationWorkloadConfig& c) {
   if (c.requests < 1) throw input_error("--requests", std::to_string(c.requests), "must be at least 1");
-  std::mt19937_64 rng(mix(c.seed));
+  std::mt19937_64 rng(splitmix64(c.seed));
   std::vector<WorkloadRequest> out(static_cast<std::size_t>(c.requests));
   for (WorkloadRequest& r : out) {
-    r.prompt = lognormal(rng, c.mean_prompt, c.sigma, c.max_len);
-    r.output = lognormal(rng, c.mean_output, c.sigma, c.max_len);
+    r.prompt = lognormal_draw(rng, c.mean_prompt, c.sigma, 1, c.max_len);
+    r.output = lognormal_draw(rng, c.mean_output, c.sigma, 1, c.max_len);
   }
   return out;
 }
@@ -92,7 +73,7 @@ FragmentationResult simulate_fragmentation(const FragmentationWorkloadConfig& c,
       run.request = static_cast<std::int64_t>(next);
       run.seq = static_cast<SeqId>(next);
       run.remaining = r.output;
-      run.rng.seed(mix(c.seed ^ mix(static_cast<std::uint64_t>(next) + 1)));
+      run.rng.seed(splitmix64(c.seed ^ splitmix64(static_cast<std::uint64_t>(next) + 1)));
       const std::int64_t kept = evicting ? std::min(r.prompt, budget) : r.prompt;
       prompt.resize(static_cast<std::size_t>(kept));
       for (std::int64_t i = 0; i < kept; ++i) prompt[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i);

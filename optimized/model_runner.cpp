@@ -6,6 +6,7 @@
 #include <cmath>
 #include <optional>
 
+#include "optimized/nvtx_range.h"
 #include "reference/errors.h"
 
 namespace kvcheck {
@@ -57,6 +58,7 @@ void ModelRunner::mlp(const EngineLayer& layer, std::vector<float>& x, std::int6
 
 std::vector<float> ModelRunner::prefill(std::int64_t request, std::span<const std::int32_t> tokens,
                                         std::vector<float>* all_logits) {
+  const NvtxRange range("prefill");
   check_tokens(request, tokens, 0);
   const ModelConfig& c = weights_.config;
   const std::int64_t T = static_cast<std::int64_t>(tokens.size());
@@ -109,7 +111,10 @@ std::vector<float> ModelRunner::prefill(std::int64_t request, std::span<const st
       backend_.linear_prefill(layer.v, n, T, v);
       backend_.rope(q, T, c.num_attention_heads, c.head_dim, positions, weights_.rope_cos, weights_.rope_sin);
       backend_.rope(k, T, c.num_key_value_heads, c.head_dim, positions, weights_.rope_cos, weights_.rope_sin);
-      if (!evicting) cache_.write_prompt_layer(request, l, T, k, v);
+      if (!evicting) {
+        const NvtxRange quantize("quantize");
+        cache_.write_prompt_layer(request, l, T, k, v);
+      }
       if (trace_ && trace_->on_kv) trace_->on_kv(request, l, 0, T, k, v);
       PrefillAttentionInput in;
       in.tokens = T;
@@ -125,7 +130,10 @@ std::vector<float> ModelRunner::prefill(std::int64_t request, std::span<const st
       out.out = attn;
       out.column_sums = column_sums;
       out.window_sums = window_sums;
-      backend_.prefill_attention(in, out);
+      {
+        const NvtxRange attention("attention");
+        backend_.prefill_attention(in, out);
+      }
       if (evicting) {
         for (std::int64_t h = 0; h < kvh; ++h) {
           all_scores.push_back(head_scores(column_sums, h));
@@ -171,6 +179,7 @@ std::vector<float> ModelRunner::prefill(std::int64_t request, std::span<const st
 
 std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, std::span<const std::int32_t> tokens,
                                        std::span<const std::int32_t> positions) {
+  const NvtxRange range("decode");
   const ModelConfig& c = weights_.config;
   const std::int64_t B = static_cast<std::int64_t>(requests.size());
   if (static_cast<std::int64_t>(tokens.size()) != B || static_cast<std::int64_t>(positions.size()) != B) {
@@ -232,6 +241,7 @@ std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, s
     backend_.rope(q, B, c.num_attention_heads, d, positions, weights_.rope_cos, weights_.rope_sin);
     backend_.rope(k, B, kvh, d, positions, weights_.rope_cos, weights_.rope_sin);
     for (std::int64_t b = 0; b < B; ++b) {
+      const NvtxRange quantize("quantize");
       const std::size_t row = static_cast<std::size_t>(b * c.kv_dim());
       const std::span<const float> kr = std::span<const float>(k).subspan(row, static_cast<std::size_t>(c.kv_dim()));
       const std::span<const float> vr = std::span<const float>(v).subspan(row, static_cast<std::size_t>(c.kv_dim()));
@@ -258,7 +268,10 @@ std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, s
         }
       }
     }
-    backend_.decode_attention(heads, outs);
+    {
+      const NvtxRange attention("attention");
+      backend_.decode_attention(heads, outs);
+    }
     if (want_probs) {
       for (std::int64_t b = 0; b < B; ++b) {
         for (std::int32_t h = 0; h < kvh; ++h) {

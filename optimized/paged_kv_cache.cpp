@@ -8,6 +8,7 @@
 #include "kernels/cpu/page_encode.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/quant_math.h"
+#include "optimized/nvtx_range.h"
 #include "optimized/pool_exhausted.h"
 #include "reference/errors.h"
 
@@ -193,6 +194,7 @@ void PagedKvCache::reserve_prompt(std::int64_t request, std::int64_t tokens) {
   try {
     PromptRequest prompt{request, tokens, {}};
     prompt.heads.assign(static_cast<std::size_t>(manager_.heads_per_request()), PromptHeadPlan{tokens, 0, {}, {}});
+    const NvtxRange range("compaction");
     manager_.prompt_phase({&prompt, 1});
   } catch (...) {
     manager_.finish(request);  // a prompt that does not fit leaves nothing behind
@@ -279,7 +281,11 @@ void PagedKvCache::commit_prompt(std::int64_t request, std::int64_t tokens, std:
   }
   manager_.admit(request);
   try {
-    manager_.prompt_phase({&prompt, 1});
+    {
+      const NvtxRange range("compaction");
+      manager_.prompt_phase({&prompt, 1});
+    }
+    const NvtxRange range("quantize");
     // The prompt phase placed kept token j of a tier at page j / tpp, slot j % tpp of that tier.
     // A residual policy's low tier is encoded from the fp16 rows, as its flushes are.
     const bool from_fp16 = policy_.residual_tokens() > 0;
@@ -380,12 +386,16 @@ void PagedKvCache::reserve(std::span<const std::int64_t> requests, std::span<con
       }
     }
   }
-  manager_.decode_step(ops);
-  // SpvLLM's sparse copy: the live tokens of every head packed into as few pages as they need.
-  if (policy_.slot_strategy() == SlotStrategy::kSparseCopy &&
-      std::any_of(ops.begin(), ops.end(), [](const DecodeOp& op) { return op.evict.has_value(); })) {
-    manager_.compact();
+  {
+    const NvtxRange range("compaction");
+    manager_.decode_step(ops);
+    // SpvLLM's sparse copy: the live tokens of every head packed into as few pages as they need.
+    if (policy_.slot_strategy() == SlotStrategy::kSparseCopy &&
+        std::any_of(ops.begin(), ops.end(), [](const DecodeOp& op) { return op.evict.has_value(); })) {
+      manager_.compact();
+    }
   }
+  const NvtxRange range("quantize");  // demoted and flushed tokens re-encoded in their new tier
   std::vector<SlotRef> slots;
   for (const Moved& m : moved) {
     const DecodeOp& op = ops[m.op];

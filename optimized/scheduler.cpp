@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "optimized/greedy_decoding.h"
+#include "optimized/nvtx_range.h"
 #include "optimized/pool_exhausted.h"
 #include "reference/errors.h"
 
@@ -34,6 +35,10 @@ Scheduler::Scheduler(ModelRunner& runner, SchedulerConfig config)
   if (!(config_.high_watermark > 0.0 && config_.high_watermark <= 1.0)) {
     throw InputError(fmt::format("scheduler: high_watermark must be in (0, 1], got {}", config_.high_watermark));
   }
+  if (config_.reserve_tokens < 0) {
+    throw InputError(fmt::format("scheduler: reserve_tokens must be 0 (paging) or positive, got {}",
+                                 config_.reserve_tokens));
+  }
   if (config_.preemption == PreemptionMode::kSwap && !cache_.policy().swappable()) {
     throw InputError(fmt::format("scheduler: preemption by swap needs a policy that keeps every token in one tier "
                                  "(policy {} does not); use recompute or auto", cache_.policy().name()));
@@ -42,6 +47,16 @@ Scheduler::Scheduler(ModelRunner& runner, SchedulerConfig config)
 
 void Scheduler::log(const std::string& line) const {
   if (config_.log) config_.log(fmt::format("step {}: {}", step_, line));
+}
+
+std::int64_t Scheduler::reserved_pages() const {
+  if (config_.reserve_tokens == 0) return 0;
+  return static_cast<std::int64_t>(running_.size()) * cache_.pages_for(config_.reserve_tokens);
+}
+
+void Scheduler::append_token(Running& r, std::int32_t token) {
+  r.result.tokens.push_back(token);
+  if (config_.on_token) config_.on_token(r.request.id, r.result.tokens.size());
 }
 
 void Scheduler::submit(GenerationRequest request) {
@@ -62,6 +77,9 @@ void Scheduler::submit(GenerationRequest request) {
   } else if (cache_.pages_for(prompt) > cache_.pool_pages()) {
     error = fmt::format("prompt of {} tokens needs {} pages, the pool has {}", prompt, cache_.pages_for(prompt),
                         cache_.pool_pages());
+  } else if (config_.reserve_tokens > 0 && cache_.pages_for(config_.reserve_tokens) > cache_.pool_pages()) {
+    error = fmt::format("a contiguous reservation of {} tokens needs {} pages, the pool has {}",
+                        config_.reserve_tokens, cache_.pages_for(config_.reserve_tokens), cache_.pool_pages());
   }
   if (!error.empty()) {
     fail(r, error);
@@ -94,6 +112,7 @@ void Scheduler::fail(Running& r, const std::string& error) {
 void Scheduler::start(Running& r) {
   const std::int64_t id = r.request.id;
   if (r.swapped) {
+    const NvtxRange range("swap");
     cache_.swap_in(id, *r.swapped);
     stats_.swapped_bytes += r.swapped->bytes();
     r.swapped.reset();
@@ -120,10 +139,9 @@ void Scheduler::start(Running& r) {
     r.recompute = false;
     return;
   }
-  r.result.tokens.push_back(greedy_token(id,
-                                         {logits.data() + logits.size() - c.vocab_size,
-                                          static_cast<std::size_t>(c.vocab_size)},
-                                         static_cast<std::int64_t>(r.request.prompt.size()) - 1));
+  append_token(r, greedy_token(id,
+                               {logits.data() + logits.size() - c.vocab_size, static_cast<std::size_t>(c.vocab_size)},
+                               static_cast<std::int64_t>(r.request.prompt.size()) - 1));
 }
 
 void Scheduler::admit() {
@@ -134,9 +152,18 @@ void Scheduler::admit() {
     if (r.request.arrival_step > step_) break;
     // The pages of its context plus the next token must fit under the watermark; with nothing
     // running, anything that fits the pool is let in (otherwise it could never run).
+    if (config_.reserve_tokens > 0) {
+      // Contiguous allocation: the whole reservation is taken at admission, growth never asks.
+      const std::int64_t reservation = cache_.pages_for(config_.reserve_tokens);
+      if (reserved_pages() + reservation > pool) {
+        log(fmt::format("request {} waits: its reservation of {} pages does not fit beside {} reserved of {}",
+                        r.request.id, reservation, reserved_pages(), pool));
+        break;
+      }
+    }
     const std::int64_t need = cache_.pages_for(context(r) + 1);
     const std::int64_t used = pool - cache_.free_pages();
-    if (used + need > limit && !(running_.empty() && need <= pool)) {
+    if (config_.reserve_tokens == 0 && used + need > limit && !(running_.empty() && need <= pool)) {
       log(fmt::format("request {} waits: needs {} pages, {} used of {} (watermark {} pages)", r.request.id, need,
                       used, pool, limit));
       break;
@@ -192,6 +219,7 @@ void Scheduler::preempt(Running& r) {
                   preemption_mode_name(config_.preemption), config_.recompute_max_tokens,
                   evicts ? ", always for a policy that evicts or splits tiers" : ""));
   if (mode == PreemptionMode::kSwap) {
+    const NvtxRange range("swap");
     r.swapped = cache_.swap_out(r.request.id);
     stats_.swapped_bytes += r.swapped->bytes();
     ++stats_.preemptions_swap;
@@ -242,15 +270,16 @@ void Scheduler::decode() {
       return;
     }
     stats_.decode_tokens += static_cast<std::int64_t>(running_.size());
+    ++stats_.decode_steps;
     stats_.max_batch_seen = std::max(stats_.max_batch_seen, static_cast<std::int64_t>(running_.size()));
     std::vector<Running> still;
     for (std::size_t i = 0; i < running_.size(); ++i) {
       Running& r = running_[i];
       try {
-        r.result.tokens.push_back(greedy_token(
-            r.request.id,
-            {logits.data() + i * static_cast<std::size_t>(c.vocab_size), static_cast<std::size_t>(c.vocab_size)},
-            positions[i]));
+        append_token(r, greedy_token(r.request.id,
+                                     {logits.data() + i * static_cast<std::size_t>(c.vocab_size),
+                                      static_cast<std::size_t>(c.vocab_size)},
+                                     positions[i]));
       } catch (const InputError& e) {
         fail(r, e.what());
         continue;
@@ -268,6 +297,7 @@ void Scheduler::decode() {
 
 bool Scheduler::step() {
   if (waiting_.empty() && running_.empty()) return false;
+  const NvtxRange range("step");
   admit();
   decode();
   ++step_;

@@ -54,6 +54,14 @@ struct SchedulerConfig {
   std::int64_t recompute_max_tokens = 256;
   // Receives one line per scheduling decision (admission refused, preemption and its inputs).
   std::function<void(const std::string&)> log;
+  // 0: pages are taken as a request grows (paging). > 0: contiguous allocation as in a cache sized
+  // to the maximum length: each running request reserves the pages of this many tokens when it is
+  // admitted, and a request is admitted only while the reservations fit the pool. Growth never
+  // exceeds a reservation that covers max_position_embeddings, so nothing is preempted.
+  std::int64_t reserve_tokens = 0;
+  // Called after a token is appended to a request's output: (request id, tokens generated so far).
+  // Replays after a preemption by recompute append nothing and call nothing.
+  std::function<void(std::int64_t, std::size_t)> on_token;
 };
 
 struct GenerationRequest {
@@ -76,6 +84,7 @@ struct GenerationResult {
 
 struct SchedulerStats {
   std::int64_t steps = 0;
+  std::int64_t decode_steps = 0;  // steps that decoded at least one request
   std::int64_t decode_tokens = 0;
   std::int64_t prefill_tokens = 0;
   std::int64_t max_batch_seen = 0;
@@ -97,6 +106,10 @@ class Scheduler {
   std::vector<GenerationResult> run();
   const SchedulerStats& stats() const { return stats_; }
   std::int64_t current_step() const { return step_; }
+  std::int64_t running() const { return static_cast<std::int64_t>(running_.size()); }
+  std::int64_t waiting() const { return static_cast<std::int64_t>(waiting_.size()); }
+  // Pages reserved by running requests under SchedulerConfig::reserve_tokens (0 when paging).
+  std::int64_t reserved_pages() const;
 
  private:
   struct Running {
@@ -107,6 +120,7 @@ class Scheduler {
     bool recompute = false;                        // set while preempted by recompute
   };
   void log(const std::string& line) const;
+  void append_token(Running& r, std::int32_t token);
   void admit();
   // Resumes or starts a request: prefill (and replay), or swap-in. PoolExhausted propagates.
   void start(Running& r);

@@ -1,0 +1,262 @@
+// kvcheck bench --workload NAME | --workload-file FILE: the end-to-end serving benchmark
+// (bench/serving_run.h says what is timed and measured). One workload, one KV budget, and in the
+// same run: the contiguous max-length baseline, paged full fp16, then each policy of --policies.
+// Ratios are against paged full fp16.
+//
+// JSON (--json FILE, written atomically): format "kvcheck-bench-serving", version 1; model,
+// device, threads, workload {name, file, requests, seed, rate, reasoning_cap, mean_prompt_tokens,
+// mean_output_tokens}, kv_budget_bytes, page_bytes, pool_pages, max_batch, preemption; results:
+// [{policy (the row's name), policy_spec, contiguous, requests_submitted, requests_completed,
+// requests_failed, errors, tokens_requested, output_tokens, output_tokens_per_s, requests_per_s,
+// mean_batch_size, max_batch_seen, peak_kv_bytes, fragmentation_p50, fragmentation_p99,
+// fragmentation_mean, preemptions (total), preemptions_by_kind {recompute, swap}, recomputed_tokens,
+// swapped_bytes, ttft_s / tpot_s / itl_s {p50, p99, mean, count}, makespan_s, skipped_idle_s,
+// wall_s, steps, decode_steps, ratios_vs_paged_fp16 {output_tokens_per_s, requests_per_s,
+// mean_batch_size, peak_kv_bytes}}].
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "bench/serving_run.h"
+#include "bench/serving_workload.h"
+#include "cli/commands.h"
+#include "cli/json_file.h"
+#include "cli/progress.h"
+#include "kernels/cpu/kv_bytes.h"
+#include "oracles/eval_data.h"
+#include "optimized/kv_policy.h"
+#include "reference/errors.h"
+#include "reference/model.h"
+#include "reference/tokenizer.h"
+
+namespace kvcheck::cli {
+
+namespace {
+
+// 16 tokens of a full-fp16 head per page, in 256-byte steps.
+std::int64_t default_page_bytes(const ModelConfig& c) {
+  const KvTier tier = make_policy("full-fp16")->tiers().front();
+  std::int64_t bytes = 256;
+  for (;; bytes += 256) {
+    try {
+      if (tokens_per_page(tier, c.head_dim, bytes) >= 16) return bytes;
+    } catch (const InputError&) {
+      // not even one token fits yet
+    }
+  }
+}
+
+// Token ids of real text to cut prompts from: the held-out documents through the model's tokenizer,
+// or seeded random ids for a model without one.
+std::vector<std::int32_t> prompt_text(const std::filesystem::path& dir, const ModelConfig& c, std::uint64_t seed,
+                                      std::string& origin) {
+  std::vector<std::int32_t> text;
+  const std::filesystem::path tok = dir / "tokenizer.model";
+  const std::filesystem::path heldout = datasets_dir() / "eval" / "heldout.jsonl";
+  if (std::filesystem::exists(tok) && std::filesystem::exists(heldout)) {
+    const Tokenizer tokenizer = Tokenizer::load(tok);
+    for (const HeldoutDocument& d : load_heldout(heldout)) {
+      const std::vector<std::int32_t> ids = tokenizer.encode(d.text, false);
+      text.insert(text.end(), ids.begin(), ids.end());
+      if (text.size() > 65536) break;
+    }
+    origin = fmt::format("held-out text ({})", heldout.string());
+    return text;
+  }
+  std::mt19937_64 rng(seed);
+  const auto ids = static_cast<std::uint64_t>(std::max<std::int64_t>(c.vocab_size - 3, 1));
+  for (int i = 0; i < 65536; ++i) text.push_back(static_cast<std::int32_t>(3 + rng() % ids));
+  origin = "seeded random ids (the model has no tokenizer.model)";
+  return text;
+}
+
+std::string ms(const Percentiles& p) { return fmt::format("{:.1f}/{:.1f}", p.p50 * 1e3, p.p99 * 1e3); }
+
+nlohmann::json percentiles_json(const Percentiles& p) {
+  return {{"p50", p.p50}, {"p99", p.p99}, {"mean", p.mean}, {"count", p.count}};
+}
+
+double ratio(double a, double b) { return b > 0.0 ? a / b : 0.0; }
+
+}  // namespace
+
+int run_serving_bench(const BenchArgs& args) {
+  if (!args.workload.empty() && !args.workload_file.empty()) {
+    throw input_error("kvcheck bench", "--workload", "give --workload NAME or --workload-file FILE, not both");
+  }
+  const std::filesystem::path dir =
+      args.model.empty() ? datasets_dir() / "models" / "kvcheck-tiny" : std::filesystem::path(args.model);
+  const ReferenceModel model = ReferenceModel::load(dir);
+  const ModelConfig& c = model.config();
+  const PreemptionMode preemption = parse_preemption_mode(args.preemption);
+
+  ServingWorkloadConfig wc;
+  wc.name = args.workload_file.empty() ? args.workload : "file";
+  wc.requests = args.requests > 0 ? args.requests : 64;
+  wc.seed = args.seed;
+  wc.max_context = c.max_position_embeddings;
+  wc.reasoning_cap = args.reasoning_cap;
+  wc.rate = args.rate;
+  std::vector<ServingRequest> requests;
+  if (args.workload_file.empty()) {
+    requests = make_serving_workload(wc);
+  } else {
+    requests = load_serving_workload(args.workload_file, c.max_position_embeddings, c.vocab_size);
+    if (args.rate > 0.0) assign_arrivals(requests, args.rate, args.seed);
+    wc.requests = static_cast<std::int64_t>(requests.size());
+  }
+  if (!args.save_workload.empty()) save_serving_workload(args.save_workload, requests);
+  std::string origin;
+  const std::int32_t bos =
+      c.bos_token_id && *c.bos_token_id < c.vocab_size ? static_cast<std::int32_t>(*c.bos_token_id) : -1;
+  fill_prompts(requests, prompt_text(dir, c, args.seed, origin), bos, args.seed);
+  double prompt_sum = 0.0, output_sum = 0.0;
+  for (const ServingRequest& r : requests) {
+    prompt_sum += static_cast<double>(r.prompt_tokens);
+    output_sum += static_cast<double>(r.output_tokens);
+  }
+  const double n = static_cast<double>(requests.size());
+
+  const std::int64_t page_bytes = args.page_bytes > 0 ? args.page_bytes : default_page_bytes(c);
+  std::int64_t budget = args.kv_budget;
+  if (budget == 0) {
+    // About 8 requests at full context in full fp16, in whole pages.
+    const KvTier tier = make_policy("full-fp16")->tiers().front();
+    const std::int64_t tpp = tokens_per_page(tier, c.head_dim, page_bytes);
+    const std::int64_t per_request =
+        (c.max_position_embeddings + tpp - 1) / tpp * c.num_hidden_layers * c.num_key_value_heads;
+    budget = 8 * per_request * page_bytes;
+  }
+
+  std::vector<ServingRunConfig> rows;
+  ServingRunConfig base;
+  base.kv_budget_bytes = budget;
+  base.page_bytes = page_bytes;
+  base.max_batch = args.max_batch;
+  base.preemption = preemption;
+  base.device = args.device;
+  base.threads = args.threads;
+  {
+    ServingRunConfig r = base;
+    r.label = "contiguous";
+    r.policy = "full-fp16";
+    r.contiguous = true;
+    rows.push_back(r);
+    r.label = "paged-fp16";
+    r.contiguous = false;
+    rows.push_back(r);
+  }
+  for (const std::string& spec : split_policy_list(args.policies)) {
+    make_policy(spec);  // an unknown policy fails before anything runs
+    ServingRunConfig r = base;
+    r.label = spec;
+    r.policy = spec;
+    rows.push_back(r);
+  }
+
+  fmt::print("kvcheck bench --workload {}: {} ({} layers, {} kv heads, head_dim {}, context {}), device {}\n",
+             args.workload_file.empty() ? wc.name : args.workload_file, dir.string(), c.num_hidden_layers,
+             c.num_key_value_heads, c.head_dim, c.max_position_embeddings, args.device);
+  fmt::print("{} requests (seed {}), prompt mean {:.1f}, output mean {:.1f} tokens; prompts from {}; arrival {}\n",
+             requests.size(), args.seed, prompt_sum / n, output_sum / n, origin,
+             args.rate > 0.0 ? fmt::format("Poisson, {} requests/s", args.rate) : std::string("all at once"));
+  fmt::print("KV budget {} bytes ({:.2f} MiB) = {} pages of {} bytes; max batch {}; preemption {}\n\n", budget,
+             static_cast<double>(budget) / (1024.0 * 1024.0), budget / page_bytes, page_bytes, args.max_batch,
+             args.preemption);
+
+  std::vector<ServingResult> results;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    ProgressBar bar(fmt::format("{} ({}/{})", rows[i].label, i + 1, rows.size()), "requests", args.quiet);
+    results.push_back(run_serving(model, rows[i], requests, [&](std::int64_t d, std::int64_t t) { bar.update(d, t); }));
+  }
+  const ServingResult& paged = results[1];
+
+  fmt::print("{:<22} {:>9} {:>9} {:>7} {:>6} {:>8} {:>6} {:>8} {:>13} {:>11} {:>11} {:>7} {:>7}\n", "policy",
+             "done/sub", "tok/s", "req/s", "batch", "peak MiB", "frag99", "preempt", "TTFT ms p50/99",
+             "TPOT p50/99", "ITL p50/99", "x tok/s", "x batch");
+  for (const ServingResult& r : results) {
+    fmt::print("{:<22} {:>9} {:>9.1f} {:>7.2f} {:>6.1f} {:>8.2f} {:>6.3f} {:>8} {:>13} {:>11} {:>11} {:>7.2f} {:>7.2f}\n",
+               r.label.size() > 22 ? r.label.substr(0, 21) + "~" : r.label,
+               fmt::format("{}/{}", r.requests_completed, r.requests_submitted), r.output_tokens_per_s,
+               r.requests_per_s, r.mean_batch_size, static_cast<double>(r.peak_kv_bytes) / (1024.0 * 1024.0),
+               r.fragmentation.p99, fmt::format("{}r {}s", r.preemptions_recompute, r.preemptions_swap), ms(r.ttft_s),
+               ms(r.tpot_s), ms(r.itl_s), ratio(r.output_tokens_per_s, paged.output_tokens_per_s),
+               ratio(r.mean_batch_size, paged.mean_batch_size));
+  }
+  fmt::print("\ntok/s: generated tokens over the makespan; batch: mean requests per decode step; peak MiB: KV pages "
+             "in use (contiguous: reserved) at the worst step;\nfrag99: p99 over steps of 1 - live / allocated "
+             "slots; preempt: by recompute (r) and swap (s); ratios (x) against paged-fp16.\n");
+  for (const ServingResult& r : results) {
+    for (const std::string& e : r.errors) fmt::print("{}: {}\n", r.label, e);
+  }
+
+  if (!args.json.empty()) {
+    nlohmann::json rows_json = nlohmann::json::array();
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      const ServingResult& r = results[i];
+      rows_json.push_back({
+          {"policy", r.label},
+          {"policy_spec", r.policy},
+          {"contiguous", rows[i].contiguous},
+          {"requests_submitted", r.requests_submitted},
+          {"requests_completed", r.requests_completed},
+          {"requests_failed", r.requests_failed},
+          {"errors", r.errors},
+          {"tokens_requested", r.tokens_requested},
+          {"output_tokens", r.output_tokens},
+          {"output_tokens_per_s", r.output_tokens_per_s},
+          {"requests_per_s", r.requests_per_s},
+          {"mean_batch_size", r.mean_batch_size},
+          {"max_batch_seen", r.max_batch_seen},
+          {"peak_kv_bytes", r.peak_kv_bytes},
+          {"fragmentation_p50", r.fragmentation.p50},
+          {"fragmentation_p99", r.fragmentation.p99},
+          {"fragmentation_mean", r.fragmentation.mean},
+          {"preemptions", r.preemptions_recompute + r.preemptions_swap},
+          {"preemptions_by_kind", {{"recompute", r.preemptions_recompute}, {"swap", r.preemptions_swap}}},
+          {"recomputed_tokens", r.recomputed_tokens},
+          {"swapped_bytes", r.swapped_bytes},
+          {"ttft_s", percentiles_json(r.ttft_s)},
+          {"tpot_s", percentiles_json(r.tpot_s)},
+          {"itl_s", percentiles_json(r.itl_s)},
+          {"makespan_s", r.makespan_s},
+          {"skipped_idle_s", r.skipped_idle_s},
+          {"wall_s", r.wall_s},
+          {"steps", r.steps},
+          {"decode_steps", r.decode_steps},
+          {"ratios_vs_paged_fp16",
+           {{"output_tokens_per_s", ratio(r.output_tokens_per_s, paged.output_tokens_per_s)},
+            {"requests_per_s", ratio(r.requests_per_s, paged.requests_per_s)},
+            {"mean_batch_size", ratio(r.mean_batch_size, paged.mean_batch_size)},
+            {"peak_kv_bytes", ratio(static_cast<double>(r.peak_kv_bytes), static_cast<double>(paged.peak_kv_bytes))}}},
+      });
+    }
+    write_json_atomically(args.json,
+                          {{"format", "kvcheck-bench-serving"},
+                           {"version", 1},
+                           {"model", dir.string()},
+                           {"device", args.device},
+                           {"threads", args.threads},
+                           {"workload",
+                            {{"name", wc.name},
+                             {"file", args.workload_file},
+                             {"requests", requests.size()},
+                             {"seed", args.seed},
+                             {"rate", args.rate},
+                             {"reasoning_cap", args.reasoning_cap},
+                             {"mean_prompt_tokens", prompt_sum / n},
+                             {"mean_output_tokens", output_sum / n}}},
+                           {"kv_budget_bytes", budget},
+                           {"page_bytes", page_bytes},
+                           {"pool_pages", budget / page_bytes},
+                           {"max_batch", args.max_batch},
+                           {"preemption", args.preemption},
+                           {"results", rows_json}},
+                          "--json");
+    fmt::print("json: {}\n", args.json);
+  }
+  return 0;
+}
+
+}  // namespace kvcheck::cli

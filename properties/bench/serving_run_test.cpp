@@ -1,0 +1,137 @@
+// One run of the serving benchmark (bench/serving_run.h) on a tiny random model: nothing is lost,
+// the counts add up, the contiguous baseline holds at most pool / reservation requests at once
+// and reserves what it reports, paging admits more under the same budget, and the time metrics
+// are ordered as their definitions make them.
+#include <gtest/gtest.h>
+
+#include "bench/serving_run.h"
+#include "optimized/engine.h"
+#include "properties/support/model_fixtures.h"
+#include "properties/support/test_support.h"
+#include "reference/errors.h"
+
+namespace kvcheck {
+namespace {
+
+using testing::tiny_config;
+using testing::tiny_model;
+
+std::vector<ServingRequest> workload(const ModelConfig& c, std::int64_t n, double rate) {
+  ServingWorkloadConfig wc;
+  wc.name = "chat";
+  wc.requests = n;
+  wc.seed = 3;
+  wc.max_context = c.max_position_embeddings;
+  wc.rate = rate;
+  std::vector<ServingRequest> rs = make_serving_workload(wc);
+  fill_prompts(rs, testing::test_tokens(4096, c.vocab_size, 9), 1, 3);
+  return rs;
+}
+
+ServingRunConfig run_config(const std::string& policy, bool contiguous, std::int64_t budget) {
+  ServingRunConfig r;
+  r.label = contiguous ? "contiguous" : policy;
+  r.policy = policy;
+  r.contiguous = contiguous;
+  r.kv_budget_bytes = budget;
+  r.page_bytes = 1024;
+  r.threads = 1;
+  return r;
+}
+
+TEST(ServingRun, NothingLostAndTheCountsAddUp) {
+  const ModelConfig c = tiny_config({.max_positions = 256});
+  const ReferenceModel model = tiny_model(c, 5);
+  const std::vector<ServingRequest> rs = workload(c, 24, 0.0);
+  std::int64_t asked = 0;
+  for (const ServingRequest& r : rs) asked += r.output_tokens;
+  // The budget: the pages of 3 full-context requests.
+  auto probe = make_engine(model, EngineOptions{.policy = "full-fp16", .pages = 1, .page_bytes = 1024});
+  const std::int64_t per_request = probe->cache->pages_for(c.max_position_embeddings);
+  const std::int64_t budget = 3 * per_request * 1024;
+  for (const auto& [policy, contiguous] : std::vector<std::pair<std::string, bool>>{
+           {"full-fp16", true}, {"full-fp16", false}, {"int8", false}, {"h2o:budget=32", false}}) {
+    const ServingResult r = run_serving(model, run_config(policy, contiguous, budget), rs);
+    SCOPED_TRACE(r.label);
+    EXPECT_EQ(r.requests_submitted, 24);
+    EXPECT_EQ(r.requests_completed, 24) << (r.errors.empty() ? "" : r.errors.front());
+    EXPECT_EQ(r.requests_failed, 0);
+    EXPECT_EQ(r.tokens_requested, asked);
+    EXPECT_EQ(r.output_tokens, asked) << "EOS is ignored: every request generates what it asked for";
+    EXPECT_EQ(r.pool_pages, budget / 1024);
+    EXPECT_LE(r.peak_kv_bytes, budget);
+    EXPECT_GT(r.peak_kv_bytes, 0);
+    EXPECT_GE(r.fragmentation.p50, 0.0);
+    EXPECT_LE(r.fragmentation.p99, 1.0);
+    EXPECT_LE(r.fragmentation.p50, r.fragmentation.p99);
+    EXPECT_GE(r.mean_batch_size, 1.0);
+    EXPECT_LE(r.mean_batch_size, static_cast<double>(r.max_batch_seen));
+    EXPECT_EQ(r.ttft_s.count, 24);
+    EXPECT_EQ(r.itl_s.count, asked - 24) << "one gap between each pair of a request's tokens";
+    EXPECT_LE(r.ttft_s.p50, r.ttft_s.p99);
+    EXPECT_GE(r.ttft_s.p50, 0.0);
+    EXPECT_GT(r.output_tokens_per_s, 0.0);
+    EXPECT_LE(r.makespan_s, r.wall_s + r.skipped_idle_s + 1e-9);
+    if (contiguous) {
+      // Reservations of max_position_embeddings tokens: 3 fit, so never more than 3 run, nothing
+      // is preempted, and the peak is whole reservations.
+      EXPECT_LE(r.max_batch_seen, 3);
+      EXPECT_EQ(r.preemptions_recompute + r.preemptions_swap, 0);
+      EXPECT_EQ(r.peak_kv_bytes % (per_request * 1024), 0);
+      EXPECT_GT(r.fragmentation.p50, 0.3) << "chat requests use a fraction of their reservation";
+    } else {
+      EXPECT_GT(r.max_batch_seen, 3) << "paging admits more requests than the contiguous reservations";
+    }
+  }
+}
+
+TEST(ServingRun, ArrivalsAreWaitedForAndIdleTimeSkipped) {
+  const ModelConfig c = tiny_config({.max_positions = 128});
+  const ReferenceModel model = tiny_model(c, 5);
+  // Two requests a second: far slower than the engine serves them, so it idles between arrivals.
+  const std::vector<ServingRequest> rs = workload(c, 6, 2.0);
+  const ServingResult r = run_serving(model, run_config("full-fp16", false, 1 << 20), rs);
+  EXPECT_EQ(r.requests_completed, 6);
+  EXPECT_GT(r.skipped_idle_s, 0.5 * rs.back().arrival_s) << "idle gaps are jumped over, not slept";
+  EXPECT_GE(r.makespan_s, rs.back().arrival_s) << "the last request cannot finish before it arrives";
+  EXPECT_LT(r.wall_s, r.makespan_s);
+  EXPECT_LE(r.ttft_s.p99, 1.0) << "each request is served when it arrives, not when the run began";
+}
+
+TEST(ServingRun, RejectsABudgetBelowOnePage) {
+  const ModelConfig c = tiny_config();
+  const ReferenceModel model = tiny_model(c, 5);
+  const std::vector<ServingRequest> rs = workload(c, 2, 0.0);
+  testing::expect_input_error([&] { run_serving(model, run_config("full-fp16", false, 100), rs); }, {"--kv-budget"});
+  testing::expect_input_error([&] { run_serving(model, run_config("no-such-policy", false, 1 << 20), rs); },
+                              {"no-such-policy"});
+}
+
+TEST(ServingRun, AReservationLargerThanThePoolIsRejectedAtSubmission) {
+  const ModelConfig c = tiny_config({.max_positions = 256});
+  const ReferenceModel model = tiny_model(c, 5);
+  auto engine = make_engine(model, EngineOptions{.policy = "full-fp16", .pages = 20, .page_bytes = 1024});
+  ASSERT_GT(engine->cache->pages_for(256), 20);
+  ASSERT_LE(engine->cache->pages_for(100), 20);
+  SchedulerConfig sc;
+  sc.reserve_tokens = 256;
+  Scheduler s(*engine->runner, sc);
+  s.submit({5, testing::test_tokens(4, c.vocab_size, 1), 2, false, 0});
+  const std::vector<GenerationResult> r = s.run();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].stop_reason, "error");
+  EXPECT_NE(r[0].error.find("request 5"), std::string::npos) << r[0].error;
+  EXPECT_NE(r[0].error.find("contiguous reservation of 256 tokens"), std::string::npos) << r[0].error;
+  EXPECT_EQ(engine->cache->free_pages(), 20);
+  sc.reserve_tokens = -1;
+  EXPECT_THROW(Scheduler(*engine->runner, sc), InputError);
+}
+
+TEST(ServingRun, PolicyListsSplitBetweenPolicies) {
+  EXPECT_EQ(split_policy_list("int8,kv-bits:k=4,v=8, h2o ,,leankv:high_k=8"),
+            (std::vector<std::string>{"int8", "kv-bits:k=4,v=8", "h2o", "leankv:high_k=8"}));
+  EXPECT_TRUE(split_policy_list("").empty());
+}
+
+}  // namespace
+}  // namespace kvcheck

@@ -1,0 +1,104 @@
+// kvcheck bench --workload, run as a user (and the CI smoke) runs it, for a few seconds on the
+// embedded model: the JSON schema and the relations that hold whatever the machine's speed —
+// every request completes, tokens generated equal tokens asked for, fragmentation in [0, 1], the
+// peak within the budget, the baselines first and the ratios against paged-fp16. Never a speed.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "properties/support/cli_runner.h"
+#include "properties/support/test_support.h"
+
+namespace kvcheck {
+namespace {
+
+using nlohmann::json;
+using testing::CliRun;
+using testing::run_kvcheck;
+using testing::shell_quote;
+
+void expect_sane(const json& j, std::int64_t requests) {
+  EXPECT_EQ(j.at("format"), "kvcheck-bench-serving");
+  EXPECT_EQ(j.at("version"), 1);
+  const std::int64_t budget = j.at("kv_budget_bytes");
+  EXPECT_EQ(j.at("pool_pages").get<std::int64_t>(), budget / j.at("page_bytes").get<std::int64_t>());
+  for (const json& row : j.at("results")) {
+    SCOPED_TRACE(row.at("policy").get<std::string>());
+    for (const char* key : {"policy", "output_tokens_per_s", "requests_submitted", "requests_completed",
+                            "mean_batch_size", "peak_kv_bytes", "fragmentation_p99", "preemptions", "ttft_s",
+                            "tpot_s", "itl_s", "ratios_vs_paged_fp16"}) {
+      EXPECT_TRUE(row.contains(key)) << key;
+    }
+    EXPECT_EQ(row.at("requests_submitted"), requests);
+    EXPECT_EQ(row.at("requests_completed"), requests) << row.at("errors").dump();
+    EXPECT_EQ(row.at("output_tokens"), row.at("tokens_requested"));
+    const double frag = row.at("fragmentation_p99");
+    EXPECT_GE(frag, 0.0);
+    EXPECT_LE(frag, 1.0);
+    EXPECT_LE(row.at("peak_kv_bytes").get<std::int64_t>(), budget);
+    EXPECT_GT(row.at("output_tokens_per_s").get<double>(), 0.0);
+    EXPECT_GE(row.at("mean_batch_size").get<double>(), 1.0);
+    EXPECT_LE(row.at("ttft_s").at("p50").get<double>(), row.at("ttft_s").at("p99").get<double>());
+    const json& kinds = row.at("preemptions_by_kind");
+    EXPECT_EQ(row.at("preemptions"), kinds.at("recompute").get<std::int64_t>() + kinds.at("swap").get<std::int64_t>());
+  }
+}
+
+TEST(BenchServingCli, SmokeRunHasTheSchemaAndNothingIsLost) {
+  testing::TempDir dir;
+  const std::filesystem::path out = dir / "serving.json";
+  const CliRun r = run_kvcheck("bench --workload chat --requests 8 --policies int8,h2o --quiet --json " + shell_quote(out));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("paged-fp16"), std::string::npos) << "the table" << r.output;
+  const json j = json::parse(testing::read_file(out));
+  expect_sane(j, 8);
+  const json& rows = j.at("results");
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(rows[0].at("policy"), "contiguous");
+  EXPECT_EQ(rows[0].at("contiguous"), true);
+  EXPECT_EQ(rows[1].at("policy"), "paged-fp16");
+  EXPECT_EQ(rows[2].at("policy"), "int8");
+  EXPECT_EQ(rows[3].at("policy"), "h2o");
+  EXPECT_DOUBLE_EQ(rows[1].at("ratios_vs_paged_fp16").at("output_tokens_per_s").get<double>(), 1.0);
+  // The default budget holds about 8 full-context fp16 requests: 8 reservations exactly.
+  EXPECT_EQ(j.at("kv_budget_bytes").get<std::int64_t>(), rows[0].at("peak_kv_bytes").get<std::int64_t>());
+}
+
+TEST(BenchServingCli, SavedWorkloadReplaysTheSameRequests) {
+  testing::TempDir dir;
+  const std::filesystem::path saved = dir / "w.jsonl", a = dir / "a.json", b = dir / "b.json";
+  CliRun r = run_kvcheck("bench --workload reasoning --requests 5 --rate 50 --policies kivi2 --quiet --save-workload " +
+                         shell_quote(saved) + " --json " + shell_quote(a));
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = run_kvcheck("bench --workload-file " + shell_quote(saved) + " --policies kivi2 --quiet --json " + shell_quote(b));
+  ASSERT_EQ(r.code, 0) << r.output;
+  const json ja = json::parse(testing::read_file(a)), jb = json::parse(testing::read_file(b));
+  expect_sane(jb, 5);
+  EXPECT_EQ(jb.at("workload").at("name"), "file");
+  EXPECT_EQ(ja.at("workload").at("mean_prompt_tokens"), jb.at("workload").at("mean_prompt_tokens"));
+  EXPECT_EQ(ja.at("workload").at("mean_output_tokens"), jb.at("workload").at("mean_output_tokens"));
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(ja.at("results")[i].at("output_tokens"), jb.at("results")[i].at("output_tokens"));
+  }
+}
+
+TEST(BenchServingCli, BadInputIsNamedBeforeAnythingRuns) {
+  testing::TempDir dir;
+  testing::write_file(dir / "bad.jsonl", "{\"prompt_tokens\": 10, \"output_tokens\": 5}\n{\"prompt_tokens\": 10}\n");
+  CliRun r = run_kvcheck("bench --workload-file " + shell_quote(dir / "bad.jsonl") + " --quiet");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("bad.jsonl:2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("output_tokens"), std::string::npos) << r.output;
+  r = run_kvcheck("bench --workload chat --requests 2 --policies int8,no-such-policy --quiet");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("no-such-policy"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("contiguous "), std::string::npos) << "nothing ran: " << r.output;
+  r = run_kvcheck("bench --workload chat --fragmentation --quiet");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("one mode at a time"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace kvcheck
