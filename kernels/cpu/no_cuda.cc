@@ -3,6 +3,7 @@
 
 #include "kernels/compaction_cuda.h"
 #include "kernels/device.h"
+#include "kernels/paged_attention_cuda.h"
 #include "kernels/quantize_cuda.h"
 
 namespace kvcheck {
@@ -43,6 +44,10 @@ CompactIdsResult compact_ids_cuda(std::int32_t*, std::int64_t, FreeRun, const st
 std::int64_t exclusive_scan_cuda(const std::int64_t*, std::int64_t, std::int64_t*) { no_cuda("exclusive_scan_cuda"); }
 double time_compact_ids_cuda(std::int64_t, std::int64_t, std::int64_t, std::int64_t, int) {
   no_cuda("time_compact_ids_cuda");
+}
+void paged_decode_attention_cuda_host(const CudaDecodeBatch&) { no_cuda("paged_decode_attention_cuda"); }
+void paged_decode_attention_cuda_device(const CudaDecodeBatch&, float*, void*) {
+  no_cuda("paged_decode_attention_cuda");
 }
 
 }  // namespace kvcheck

@@ -425,6 +425,8 @@ std::int64_t decode_slots(const DecodeHeadInput& in) {
   return slots;
 }
 
+std::int64_t check_decode_head(const DecodeHeadInput& in, const DecodeHeadOutput& out) { return validate(in, out); }
+
 void paged_decode_attention(const DecodeHeadInput& in, const DecodeHeadOutput& out) {
   const std::int64_t slots = validate(in, out);
   Scratch s = make_scratch(in, slots);

@@ -11,41 +11,15 @@
 #include <vector>
 
 #include "kernels/compaction_cuda.h"
+#include "kernels/cuda/device_buffer.cuh"
 #include "kernels/device.h"
 
 namespace kvcheck {
 namespace {
 
-void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(err));
-}
-
-void require_device() {
-  if (cuda_device_count() == 0) throw std::runtime_error("no CUDA device: " + cuda_device_summary());
-}
-
-template <typename T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(std::int64_t n) : n_(n) {
-    if (n_ > 0) check(cudaMalloc(&ptr_, bytes()), "cudaMalloc");
-  }
-  ~DeviceBuffer() { cudaFree(ptr_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  T* get() const { return ptr_; }
-  void upload(const T* host) {
-    if (n_ > 0) check(cudaMemcpy(ptr_, host, bytes(), cudaMemcpyHostToDevice), "cudaMemcpy to device");
-  }
-  void download(T* host) const {
-    if (n_ > 0) check(cudaMemcpy(host, ptr_, bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy to host");
-  }
-  std::size_t bytes() const { return static_cast<std::size_t>(n_) * sizeof(T); }
-
- private:
-  T* ptr_ = nullptr;
-  std::int64_t n_;
-};
+using cuda_detail::check;
+using cuda_detail::DeviceBuffer;
+using cuda_detail::require_device;
 
 // One block per head: threads stride over the head's allocated and recycled ids.
 __global__ void CompactCopyKernel(std::int32_t* list, std::int64_t pool, std::int64_t start, std::int64_t end,

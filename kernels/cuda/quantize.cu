@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/device_buffer.cuh"
 #include "kernels/device.h"
 #include "kernels/quant_errors.h"
 #include "kernels/quant_math.h"
@@ -22,37 +23,9 @@ namespace {
 
 using namespace quant;
 
-void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(err));
-}
-
-void require_device() {
-  if (cuda_device_count() == 0) throw std::runtime_error("no CUDA device: " + cuda_device_summary());
-}
-
-// Device buffer owned for the length of one call.
-template <typename T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(std::int64_t n) : n_(n) {
-    if (n_ > 0) check(cudaMalloc(&ptr_, static_cast<std::size_t>(n_) * sizeof(T)), "cudaMalloc");
-  }
-  ~DeviceBuffer() { cudaFree(ptr_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  T* get() const { return ptr_; }
-  void upload(const T* host) {
-    if (n_ > 0) check(cudaMemcpy(ptr_, host, bytes(), cudaMemcpyHostToDevice), "cudaMemcpy to device");
-  }
-  void download(T* host) const {
-    if (n_ > 0) check(cudaMemcpy(host, ptr_, bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy to host");
-  }
-  std::size_t bytes() const { return static_cast<std::size_t>(n_) * sizeof(T); }
-
- private:
-  T* ptr_ = nullptr;
-  std::int64_t n_;
-};
+using cuda_detail::check;
+using cuda_detail::DeviceBuffer;
+using cuda_detail::require_device;
 
 __device__ __forceinline__ float load_value(const float* x, std::int64_t i) { return x[i]; }
 __device__ __forceinline__ float load_value(const std::uint16_t* x, std::int64_t i) { return f16_to_float(x[i]); }

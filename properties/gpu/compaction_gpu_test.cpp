@@ -12,16 +12,11 @@
 #include "kernels/cpu/compaction_ids.h"
 #include "kernels/cpu/exclusive_scan.h"
 #include "kernels/device.h"
+#include "properties/support/gpu_skip.h"
 
 namespace kvcheck {
 namespace {
 
-#define KVCHECK_REQUIRE_GPU()                                                                           \
-  do {                                                                                                  \
-    if (!cuda_compiled()) GTEST_SKIP() << "CUDA kernels not compiled into this build: GPU test skipped"; \
-    if (cuda_device_count() == 0)                                                                       \
-      GTEST_SKIP() << "no CUDA device: GPU test skipped (" << cuda_device_summary() << ")";             \
-  } while (0)
 
 TEST(CompactionGpu, ExclusiveScanEqualsTheCpuTwin) {
   KVCHECK_REQUIRE_GPU();

@@ -9,6 +9,7 @@
 #include "kernels/cpu/fp8_e4m3.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/device.h"
+#include "properties/support/gpu_skip.h"
 #include "kernels/quantize_cuda.h"
 #include "properties/support/quant_cases.h"
 #include "properties/support/test_support.h"
@@ -16,12 +17,6 @@
 namespace kvcheck {
 namespace {
 
-#define KVCHECK_REQUIRE_GPU()                                                                           \
-  do {                                                                                                  \
-    if (!cuda_compiled()) GTEST_SKIP() << "CUDA kernels not compiled into this build: GPU test skipped"; \
-    if (cuda_device_count() == 0)                                                                       \
-      GTEST_SKIP() << "no CUDA device: GPU test skipped (" << cuda_device_summary() << ")";             \
-  } while (0)
 
 constexpr int kSeedsPerCase = 12;
 

@@ -1,0 +1,139 @@
+// Gathering the CPU twin's per-head decode inputs into the CUDA kernel's flat batch.
+#include "kernels/paged_attention_cuda_batch.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "reference/errors.h"
+
+namespace kvcheck {
+namespace {
+
+// The kernel's integer codes for KvDType and Granularity (kernels/cuda/paged_attention.cu).
+static_assert(static_cast<int>(KvDType::kFp32) == 0 && static_cast<int>(KvDType::kFp16) == 1 &&
+              static_cast<int>(KvDType::kFp8E4M3) == 2 && static_cast<int>(KvDType::kInt) == 3);
+static_assert(static_cast<int>(Granularity::kPerToken) == 0 && static_cast<int>(Granularity::kPerChannel) == 1);
+
+constexpr std::int64_t kPageAlign = 16;
+
+CudaFormatDesc format_desc(const KvFormat& f, const CodeTiling& t) {
+  CudaFormatDesc d;
+  d.dtype = static_cast<int>(f.dtype);
+  d.bits = f.spec.bits;
+  d.granularity = static_cast<int>(f.spec.granularity);
+  d.group = f.spec.group;
+  d.unit_bytes = t.unit_bytes;
+  d.row_units = t.row_units;
+  d.vec = t.vec;
+  d.tile_group = t.group;
+  return d;
+}
+
+CudaTierDesc tier_desc(const TierRead& t) {
+  CudaTierDesc d;
+  d.key = format_desc(t.tier.key, t.key_tiling);
+  d.value = format_desc(t.tier.value, t.value_tiling);
+  d.tokens = t.layout.tokens;
+  d.key_codes = t.layout.key_codes.offset;
+  d.key_meta = t.layout.key_meta.offset;
+  d.value_codes = t.layout.value_codes.offset;
+  d.value_meta = t.layout.value_meta.offset;
+  return d;
+}
+
+template <typename T>
+const T* data_or_null(const std::vector<T>& v) { return v.empty() ? nullptr : v.data(); }
+
+}  // namespace
+
+CudaDecodeBatchHost::CudaDecodeBatchHost(std::span<const DecodeHeadInput> in, std::span<const DecodeHeadOutput> out) {
+  if (in.size() != out.size()) {
+    throw input_error("decode attention (CUDA)", "out", "{} outputs for {} heads", out.size(), in.size());
+  }
+  std::int64_t scratch = 0;
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    const DecodeHeadInput& head = in[i];
+    std::int64_t slots = 0;
+    try {
+      slots = check_decode_head(head, out[i]);
+    } catch (const InputError& e) {
+      throw input_error("decode attention (CUDA)", fmt::format("heads[{}]", i), "{}", e.what());
+    }
+    CudaHeadDesc h;
+    h.head_dim = head.head_dim;
+    h.group = head.group;
+    h.scale = head.scale;
+    h.tiers = static_cast<std::int64_t>(tiers_.size());
+    for (const TierRead& t : head.tiers) tiers_.push_back(tier_desc(t));
+    h.first_page = static_cast<std::int64_t>(page_descs_.size());
+    h.pages = static_cast<std::int64_t>(head.pages.size());
+    for (const PageRead& p : head.pages) {
+      const TierRead& t = head.tiers[static_cast<std::size_t>(p.tier)];
+      CudaPageDesc pd;
+      pd.bytes = static_cast<std::int64_t>(pages_.size());
+      pd.live = static_cast<std::int64_t>(live_.size());
+      pd.tier = p.tier;
+      const auto* bytes = reinterpret_cast<const std::uint8_t*>(p.bytes);
+      const std::int64_t used = t.layout.used_bytes;
+      pages_.insert(pages_.end(), bytes, bytes + used);
+      pages_.resize((pages_.size() + kPageAlign - 1) / kPageAlign * kPageAlign, 0);
+      live_.insert(live_.end(), p.live.begin(), p.live.begin() + (t.layout.tokens + 63) / 64);
+      page_descs_.push_back(pd);
+    }
+    h.residual_tokens = head.residual_tokens;
+    h.residual = static_cast<std::int64_t>(residual_keys_.size());
+    residual_keys_.insert(residual_keys_.end(), head.residual_keys.begin(), head.residual_keys.end());
+    residual_values_.insert(residual_values_.end(), head.residual_values.begin(), head.residual_values.end());
+    h.q = static_cast<std::int64_t>(q_.size());
+    q_.insert(q_.end(), head.q.begin(), head.q.end());
+    h.out = static_cast<std::int64_t>(out_.size());
+    out_.resize(out_.size() + out[i].out.size(), 0.0f);
+    h.slots = slots;
+    h.probs = -1;
+    if (!out[i].probs.empty()) {
+      h.probs = static_cast<std::int64_t>(probs_.size());
+      probs_.resize(probs_.size() + out[i].probs.size(), 0.0f);
+    }
+    h.scratch = scratch;
+    scratch += head.group * slots;
+    heads_.push_back(h);
+  }
+  batch_.pages = data_or_null(pages_);
+  batch_.page_bytes = static_cast<std::int64_t>(pages_.size());
+  batch_.live = data_or_null(live_);
+  batch_.live_words = static_cast<std::int64_t>(live_.size());
+  batch_.tiers = data_or_null(tiers_);
+  batch_.tier_count = static_cast<std::int64_t>(tiers_.size());
+  batch_.page_descs = data_or_null(page_descs_);
+  batch_.page_count = static_cast<std::int64_t>(page_descs_.size());
+  batch_.heads = data_or_null(heads_);
+  batch_.head_count = static_cast<std::int64_t>(heads_.size());
+  batch_.residual_keys = data_or_null(residual_keys_);
+  batch_.residual_values = data_or_null(residual_values_);
+  batch_.residual_elements = static_cast<std::int64_t>(residual_keys_.size());
+  batch_.q = data_or_null(q_);
+  batch_.q_elements = static_cast<std::int64_t>(q_.size());
+  batch_.out = out_.empty() ? nullptr : out_.data();
+  batch_.out_elements = static_cast<std::int64_t>(out_.size());
+  batch_.probs = probs_.empty() ? nullptr : probs_.data();
+  batch_.probs_elements = static_cast<std::int64_t>(probs_.size());
+  batch_.scratch_elements = scratch;
+}
+
+void CudaDecodeBatchHost::scatter(std::span<const DecodeHeadOutput> out) const {
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const CudaHeadDesc& h = heads_[i];
+    std::copy_n(out_.begin() + h.out, out[i].out.size(), out[i].out.begin());
+    if (h.probs >= 0) std::copy_n(probs_.begin() + h.probs, out[i].probs.size(), out[i].probs.begin());
+  }
+}
+
+void paged_decode_attention_cuda(std::span<const DecodeHeadInput> in, std::span<const DecodeHeadOutput> out) {
+  CudaDecodeBatchHost host(in, out);
+  paged_decode_attention_cuda_host(host.batch());
+  host.scatter(out);
+}
+
+}  // namespace kvcheck

@@ -1,0 +1,124 @@
+// The CUDA decode batch builder (kernels/paged_attention_cuda_batch.h), on the host: every page's
+// bytes and live words land where its descriptor says, 16-byte aligned; heads, tiers, residuals,
+// queries, outputs and scratch get disjoint consecutive ranges; outputs scatter back to their
+// heads; a bad head is refused by index before anything is gathered. Needs no GPU.
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+
+#include <cstring>
+#include <vector>
+
+#include "kernels/paged_attention_cuda_batch.h"
+#include "properties/support/decode_cases.h"
+#include "properties/support/property_check.h"
+#include "reference/errors.h"
+
+namespace kvcheck {
+namespace {
+
+using testing::DecodeCase;
+
+struct Outputs {
+  std::vector<std::vector<float>> out, probs;
+  std::vector<DecodeHeadOutput> views;
+};
+
+Outputs make_outputs(const std::vector<DecodeCase>& cases) {
+  Outputs o;
+  o.out.resize(cases.size());
+  o.probs.resize(cases.size());
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    o.out[i].assign(static_cast<std::size_t>(cases[i].group * cases[i].head_dim), 0.0f);
+    if (i % 2 == 1) o.probs[i].assign(static_cast<std::size_t>(cases[i].group * cases[i].slots), 0.0f);
+  }
+  for (std::size_t i = 0; i < cases.size(); ++i) o.views.push_back(DecodeHeadOutput{o.out[i], o.probs[i]});
+  return o;
+}
+
+TEST(CudaDecodeBatch, GathersEveryHeadWhereItsDescriptorsSay) {
+  testing::check_property("CUDA decode batch/gather", 200, [] {
+    const int heads = *rc::gen::inRange(1, 6);
+    std::vector<DecodeCase> cases;
+    cases.reserve(static_cast<std::size_t>(heads));
+    for (int i = 0; i < heads; ++i) cases.push_back(testing::draw_decode_case());
+    std::vector<DecodeHeadInput> in;
+    for (const DecodeCase& c : cases) in.push_back(c.input());
+    Outputs o = make_outputs(cases);
+    const CudaDecodeBatchHost host(in, o.views);
+    const CudaDecodeBatch& b = host.batch();
+    RC_ASSERT(b.head_count == heads);
+    std::int64_t scratch = 0, out = 0, probs = 0, q = 0, residual = 0;
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+      const DecodeCase& c = cases[i];
+      const CudaHeadDesc& h = b.heads[i];
+      RC_ASSERT(h.head_dim == c.head_dim && h.group == c.group && h.scale == c.scale && h.slots == c.slots);
+      RC_ASSERT(h.scratch == scratch && h.out == out && h.q == q && h.residual == residual);
+      RC_ASSERT(h.probs == (i % 2 == 1 ? probs : -1));
+      RC_ASSERT(std::memcmp(b.q + h.q, c.q.data(), c.q.size() * sizeof(float)) == 0);
+      RC_ASSERT(h.residual_tokens == c.residual_tokens);
+      RC_ASSERT(std::memcmp(b.residual_keys + h.residual, c.residual_keys.data(), c.residual_keys.size() * 2) == 0);
+      RC_ASSERT(std::memcmp(b.residual_values + h.residual, c.residual_values.data(), c.residual_values.size() * 2) == 0);
+      RC_ASSERT(h.pages == static_cast<std::int64_t>(c.page_reads.size()));
+      for (std::size_t p = 0; p < c.page_reads.size(); ++p) {
+        const CudaPageDesc& pd = b.page_descs[h.first_page + static_cast<std::int64_t>(p)];
+        const PageRead& page = c.page_reads[p];
+        const TierRead& tier = c.tier_reads[static_cast<std::size_t>(page.tier)];
+        const CudaTierDesc& td = b.tiers[h.tiers + pd.tier];
+        RC_ASSERT(pd.tier == page.tier);
+        RC_ASSERT(pd.bytes % 16 == 0);
+        RC_ASSERT(pd.bytes + tier.layout.used_bytes <= b.page_bytes);
+        RC_ASSERT(std::memcmp(b.pages + pd.bytes, page.bytes, static_cast<std::size_t>(tier.layout.used_bytes)) == 0);
+        const std::int64_t words = (tier.layout.tokens + 63) / 64;
+        RC_ASSERT(pd.live + words <= b.live_words);
+        RC_ASSERT(std::memcmp(b.live + pd.live, page.live.data(), static_cast<std::size_t>(words) * 8) == 0);
+        RC_ASSERT(td.tokens == tier.layout.tokens && td.key_codes == tier.layout.key_codes.offset &&
+                  td.key_meta == tier.layout.key_meta.offset && td.value_codes == tier.layout.value_codes.offset &&
+                  td.value_meta == tier.layout.value_meta.offset);
+        RC_ASSERT(td.key.vec == tier.key_tiling.vec && td.key.tile_group == tier.key_tiling.group &&
+                  td.value.vec == tier.value_tiling.vec && td.value.tile_group == tier.value_tiling.group &&
+                  td.key.unit_bytes == tier.key_tiling.unit_bytes);
+        RC_ASSERT(td.key.dtype == static_cast<int>(tier.tier.key.dtype) &&
+                  td.value.bits == tier.tier.value.spec.bits && td.key.group == tier.tier.key.spec.group);
+      }
+      scratch += c.group * c.slots;
+      out += c.group * c.head_dim;
+      q += c.group * c.head_dim;
+      residual += c.residual_tokens * c.head_dim;
+      if (i % 2 == 1) probs += c.group * c.slots;
+    }
+    RC_ASSERT(b.scratch_elements == scratch && b.out_elements == out && b.probs_elements == probs);
+
+    // What the kernel would write comes back to the right head.
+    for (std::int64_t k = 0; k < b.out_elements; ++k) b.out[k] = static_cast<float>(k);
+    for (std::int64_t k = 0; k < b.probs_elements; ++k) b.probs[k] = static_cast<float>(-k);
+    host.scatter(o.views);
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+      const CudaHeadDesc& h = b.heads[i];
+      RC_ASSERT(o.out[i].front() == static_cast<float>(h.out));
+      RC_ASSERT(o.out[i].back() == static_cast<float>(h.out + static_cast<std::int64_t>(o.out[i].size()) - 1));
+      if (i % 2 == 1) RC_ASSERT(o.probs[i].front() == static_cast<float>(-h.probs));
+    }
+  });
+}
+
+TEST(CudaDecodeBatch, ABadHeadIsNamedByIndex) {
+  testing::check_property("CUDA decode batch/bad head", 20, [] {
+    std::vector<DecodeCase> cases;
+    cases.push_back(testing::draw_decode_case());
+    cases.push_back(testing::draw_decode_case());
+    std::vector<DecodeHeadInput> in{cases[0].input(), cases[1].input()};
+    Outputs o = make_outputs(cases);
+    o.out[1].pop_back();  // head 1's output is one float short
+    o.views[1] = DecodeHeadOutput{o.out[1], o.probs[1]};
+    try {
+      const CudaDecodeBatchHost host(in, o.views);
+      RC_FAIL("a short output was accepted");
+    } catch (const InputError& e) {
+      RC_ASSERT(std::string(e.what()).find("heads[1]") != std::string::npos);
+      RC_ASSERT(std::string(e.what()).find("out") != std::string::npos);
+    }
+  });
+}
+
+}  // namespace
+}  // namespace kvcheck
