@@ -4,6 +4,7 @@
 #include "kernels/compaction_cuda.h"
 #include "kernels/device.h"
 #include "kernels/paged_attention_cuda.h"
+#include "kernels/prefill_attention_cuda.h"
 #include "kernels/quantize_cuda.h"
 
 namespace kvcheck {
@@ -49,5 +50,7 @@ void paged_decode_attention_cuda_host(const CudaDecodeBatch&) { no_cuda("paged_d
 void paged_decode_attention_cuda_device(const CudaDecodeBatch&, float*, void*) {
   no_cuda("paged_decode_attention_cuda");
 }
+void prefill_attention_cuda_host(const CudaPrefillArgs&) { no_cuda("prefill_attention_cuda"); }
+void prefill_attention_cuda_device(const CudaPrefillArgs&, float*, void*) { no_cuda("prefill_attention_cuda"); }
 
 }  // namespace kvcheck

@@ -196,6 +196,8 @@ void attend_head(const PrefillAttentionInput& in, const PrefillAttentionOutput& 
 
 }  // namespace
 
+void check_prefill_attention(const PrefillAttentionInput& in, const PrefillAttentionOutput& out) { validate(in, out); }
+
 std::int64_t prefill_attention_scratch_bytes(const PrefillAttentionInput& in, bool column_sums) {
   validate_input(in);
   return worker_count(in) * scratch_floats_per_worker(in, column_sums) * static_cast<std::int64_t>(sizeof(float));

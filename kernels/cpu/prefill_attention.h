@@ -39,6 +39,9 @@ struct PrefillAttentionOutput {
 // j <= i. Float accumulation. InputError (naming the field) for bad shapes or span sizes.
 void prefill_attention(const PrefillAttentionInput& in, const PrefillAttentionOutput& out);
 
+// The checks prefill_attention makes before computing (the CUDA version makes them too).
+void check_prefill_attention(const PrefillAttentionInput& in, const PrefillAttentionOutput& out);
+
 // Bytes of scratch memory prefill_attention allocates for these inputs (exact): column_sums says
 // whether pass two runs (column or window sums asked for).
 std::int64_t prefill_attention_scratch_bytes(const PrefillAttentionInput& in, bool column_sums);

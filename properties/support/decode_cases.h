@@ -12,11 +12,9 @@
 #include "kernels/cpu/paged_attention.h"
 #include "optimized/page_pool.h"
 #include "oracles/retained_attention.h"
+#include "properties/support/float_eps.h"
 
 namespace kvcheck::testing {
-
-inline constexpr double kFloatEps = 0x1.0p-24;  // unit roundoff of float
-inline constexpr double kProbUnderflow = 0x1.0p-120;  // float weights exp(l - m) underflow below 2^-126
 
 // A drawn case: real pages in a poisoned pool, the kernel's input over them, and the oracle's
 // view (the live tokens, dequantized, in walk order).
