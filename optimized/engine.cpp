@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "optimized/cpu_backend.h"
+#include "optimized/cuda_backend.h"
 #include "optimized/greedy_decoding.h"
 #include "reference/errors.h"
 
@@ -19,14 +20,15 @@ std::unique_ptr<Engine> make_engine(const ReferenceModel& model, const EngineOpt
 std::unique_ptr<Engine> make_engine(const ReferenceModel& model, const EngineOptions& options,
                                     std::unique_ptr<KvPolicy> policy) {
   if (!policy) throw std::invalid_argument("make_engine: null policy");
-  if (options.device == "cuda") {
-    throw InputError("--device cuda: the CUDA backend of the optimized engine is not built yet; use --device cpu");
+  if (options.device != "cpu" && options.device != "cuda") {
+    throw InputError(fmt::format("--device '{}': expected cpu or cuda", options.device));
   }
-  if (options.device != "cpu") throw InputError(fmt::format("--device '{}': expected cpu or cuda", options.device));
   auto e = std::make_unique<Engine>();
+  // The backend first: a missing device is named before the weights are converted.
+  if (options.device == "cuda") e->backend = std::make_unique<CudaBackend>();
+  else e->backend = std::make_unique<CpuBackend>(options.threads);
   e->policy = std::move(policy);
   e->weights = load_engine_weights(model);
-  e->backend = std::make_unique<CpuBackend>(options.threads);
   PagedKvCacheConfig cache;
   cache.page_bytes = options.page_bytes;
   cache.poison = options.poison;

@@ -2,6 +2,7 @@
 #include <stdexcept>
 
 #include "kernels/compaction_cuda.h"
+#include "kernels/dense_ops_cuda.h"
 #include "kernels/device.h"
 #include "kernels/paged_attention_cuda.h"
 #include "kernels/prefill_attention_cuda.h"
@@ -52,5 +53,15 @@ void paged_decode_attention_cuda_device(const CudaDecodeBatch&, float*, void*) {
 }
 void prefill_attention_cuda_host(const CudaPrefillArgs&) { no_cuda("prefill_attention_cuda"); }
 void prefill_attention_cuda_device(const CudaPrefillArgs&, float*, void*) { no_cuda("prefill_attention_cuda"); }
+CudaMatrix upload_matrix_cuda(const float*, std::int64_t, std::int64_t, const float*) { no_cuda("upload_matrix_cuda"); }
+void free_matrix_cuda(CudaMatrix&) {}
+void linear_rows_cuda(const CudaMatrix&, const float*, std::int64_t, float*) { no_cuda("linear_rows_cuda"); }
+void linear_gemm_cuda(const CudaMatrix&, const float*, std::int64_t, float*) { no_cuda("linear_gemm_cuda"); }
+void rmsnorm_cuda(const float*, std::int64_t, std::int64_t, const float*, double, float*) { no_cuda("rmsnorm_cuda"); }
+void rope_cuda(float*, std::int64_t, std::int64_t, std::int64_t, const std::int32_t*, const float*, const float*,
+               std::int64_t) {
+  no_cuda("rope_cuda");
+}
+void swiglu_cuda(float*, const float*, std::int64_t) { no_cuda("swiglu_cuda"); }
 
 }  // namespace kvcheck
