@@ -14,6 +14,7 @@
 #include "optimized/engine.h"
 #include "properties/support/gpu_skip.h"
 #include "properties/support/model_fixtures.h"
+#include "properties/support/test_support.h"
 #include "reference/errors.h"
 #include "reference/generate.h"
 
@@ -70,7 +71,7 @@ TEST(EngineGpu, FullFp32ReproducesTheReferenceOnRandomModels) {
 
 TEST(EngineGpu, EmbeddedModelTokensEqualTheCpuBackend) {
   KVCHECK_REQUIRE_GPU();
-  const ReferenceModel model = ReferenceModel::load(std::filesystem::path(KVCHECK_SOURCE_DIR) / "datasets/models/kvcheck-tiny");
+  const ReferenceModel model = ReferenceModel::load(testing::source_path("datasets/models/kvcheck-tiny"));
   const ModelConfig& c = model.config();
   for (const std::string policy : {"full-fp32", "full-fp16", "int8", "leankv", "kivi2", "h2o"}) {
     auto cpu = engine_on(model, "cpu", policy);

@@ -1,5 +1,7 @@
 #include "properties/support/test_support.h"
 
+#include <cstdlib>
+
 #include <atomic>
 #include <fstream>
 #include <sstream>
@@ -63,7 +65,9 @@ void expect_input_error(const std::function<void()>& fn, const std::vector<std::
 }
 
 std::filesystem::path source_path(const std::string& relative) {
-  return std::filesystem::path(KVCHECK_SOURCE_DIR) / relative;
+  // A prebuilt suite run from another checkout (ci/gpu.sh --prebuilt) names its tree at run time.
+  const char* moved = std::getenv("KVCHECK_SOURCE_DIR");
+  return std::filesystem::path(moved != nullptr && *moved != '\0' ? moved : KVCHECK_SOURCE_DIR) / relative;
 }
 
 }  // namespace kvcheck::testing

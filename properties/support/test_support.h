@@ -34,7 +34,8 @@ std::string read_file(const std::filesystem::path& path);
 // `needles` (a file path, a field or tensor name, ...). Any other outcome is a test failure.
 void expect_input_error(const std::function<void()>& fn, const std::vector<std::string>& needles);
 
-// Path of a file in the source tree, e.g. source_path("datasets/tiny/tokenizer.model").
+// Path of a file in the source tree, e.g. source_path("datasets/tiny/tokenizer.model"); the
+// environment variable KVCHECK_SOURCE_DIR, when set, names the tree instead of the configured one.
 std::filesystem::path source_path(const std::string& relative);
 
 }  // namespace kvcheck::testing
