@@ -123,6 +123,11 @@ void add_bench(CLI::App& app, BenchArgs& args) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--preemption", args.preemption, "--workload: recompute, swap or auto")->capture_default_str();
   cmd->add_option("--device", args.device, "--workload: cpu or cuda")->capture_default_str();
+  cmd->add_flag("--dummy-weights", args.dummy_weights,
+                "--workload: seeded random weights of --shape instead of a checkpoint (vLLM's dummy format)");
+  cmd->add_option("--shape", args.shape, "--dummy-weights: llama3-8b, qwen2.5-7b, llama2-7b or kvcheck-tiny");
+  cmd->add_option("--dummy-layers", args.dummy_layers, "--dummy-weights: keep only N layers (0: all)")
+      ->capture_default_str();
   cmd->add_flag("--fragmentation", args.fragmentation,
                 "Internal fragmentation of the four SpvLLM slot strategies and the no-eviction baseline "
                 "on a synthetic ShareGPT-like workload");

@@ -14,6 +14,7 @@
 // wall_s, steps, decode_steps, ratios_vs_paged_fp16 {output_tokens_per_s, requests_per_s,
 // mean_batch_size, peak_kv_bytes}}].
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <nlohmann/json.hpp>
 #include <random>
@@ -27,6 +28,7 @@
 #include "oracles/eval_data.h"
 #include "optimized/kv_policy.h"
 #include "reference/errors.h"
+#include "reference/dummy_model.h"
 #include "reference/model.h"
 #include "reference/tokenizer.h"
 
@@ -54,7 +56,7 @@ std::vector<std::int32_t> prompt_text(const std::filesystem::path& dir, const Mo
   std::vector<std::int32_t> text;
   const std::filesystem::path tok = dir / "tokenizer.model";
   const std::filesystem::path heldout = datasets_dir() / "eval" / "heldout.jsonl";
-  if (std::filesystem::exists(tok) && std::filesystem::exists(heldout)) {
+  if (!dir.empty() && std::filesystem::exists(tok) && std::filesystem::exists(heldout)) {
     const Tokenizer tokenizer = Tokenizer::load(tok);
     for (const HeldoutDocument& d : load_heldout(heldout)) {
       const std::vector<std::int32_t> ids = tokenizer.encode(d.text, false);
@@ -67,7 +69,7 @@ std::vector<std::int32_t> prompt_text(const std::filesystem::path& dir, const Mo
   std::mt19937_64 rng(seed);
   const auto ids = static_cast<std::uint64_t>(std::max<std::int64_t>(c.vocab_size - 3, 1));
   for (int i = 0; i < 65536; ++i) text.push_back(static_cast<std::int32_t>(3 + rng() % ids));
-  origin = "seeded random ids (the model has no tokenizer.model)";
+  origin = dir.empty() ? "seeded random ids (dummy weights)" : "seeded random ids (the model has no tokenizer.model)";
   return text;
 }
 
@@ -79,15 +81,31 @@ nlohmann::json percentiles_json(const Percentiles& p) {
 
 double ratio(double a, double b) { return b > 0.0 ? a / b : 0.0; }
 
+// The model to serve: a checkpoint directory (`dir` set to it), or dummy weights of a named shape
+// (`dir` left empty).
+ReferenceModel bench_model(const BenchArgs& args, std::filesystem::path& dir) {
+  if (args.dummy_weights) {
+    if (!args.model.empty()) throw input_error("kvcheck bench", "--dummy-weights", "give --model or --dummy-weights, not both");
+    if (args.shape.empty()) {
+      throw input_error("kvcheck bench", "--dummy-weights", "needs --shape ({})", fmt::join(dummy_shape_names(), ", "));
+    }
+    dir.clear();
+    return make_dummy_model(dummy_shape_config(args.shape, args.dummy_layers), args.shape, args.seed);
+  }
+  if (!args.shape.empty()) throw input_error("kvcheck bench", "--shape", "needs --dummy-weights");
+  dir = args.model.empty() ? datasets_dir() / "models" / "kvcheck-tiny" : std::filesystem::path(args.model);
+  return ReferenceModel::load(dir);
+}
+
 }  // namespace
 
 int run_serving_bench(const BenchArgs& args) {
   if (!args.workload.empty() && !args.workload_file.empty()) {
     throw input_error("kvcheck bench", "--workload", "give --workload NAME or --workload-file FILE, not both");
   }
-  const std::filesystem::path dir =
-      args.model.empty() ? datasets_dir() / "models" / "kvcheck-tiny" : std::filesystem::path(args.model);
-  const ReferenceModel model = ReferenceModel::load(dir);
+  std::filesystem::path dir;
+  const ReferenceModel model = bench_model(args, dir);
+  const std::string model_name = dir.empty() ? model.origin() : dir.string();
   const ModelConfig& c = model.config();
   const PreemptionMode preemption = parse_preemption_mode(args.preemption);
 
@@ -156,7 +174,7 @@ int run_serving_bench(const BenchArgs& args) {
   }
 
   fmt::print("kvcheck bench --workload {}: {} ({} layers, {} kv heads, head_dim {}, context {}), device {}\n",
-             args.workload_file.empty() ? wc.name : args.workload_file, dir.string(), c.num_hidden_layers,
+             args.workload_file.empty() ? wc.name : args.workload_file, model_name, c.num_hidden_layers,
              c.num_key_value_heads, c.head_dim, c.max_position_embeddings, args.device);
   fmt::print("{} requests (seed {}), prompt mean {:.1f}, output mean {:.1f} tokens; prompts from {}; arrival {}\n",
              requests.size(), args.seed, prompt_sum / n, output_sum / n, origin,
@@ -235,7 +253,7 @@ int run_serving_bench(const BenchArgs& args) {
     write_json_atomically(args.json,
                           {{"format", "kvcheck-bench-serving"},
                            {"version", 1},
-                           {"model", dir.string()},
+                           {"model", model_name},
                            {"device", args.device},
                            {"threads", args.threads},
                            {"workload",

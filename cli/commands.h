@@ -126,6 +126,9 @@ struct BenchArgs {
   std::int64_t reasoning_cap = 4096;
   std::int64_t max_batch = 256;
   std::string preemption = "auto";
+  bool dummy_weights = false;       // random weights of --shape instead of --model
+  std::string shape;
+  std::int64_t dummy_layers = 0;    // 0: the shape's own layer count
 };
 void add_bench(CLI::App& app, BenchArgs& args);
 int run_bench(const BenchArgs& args);

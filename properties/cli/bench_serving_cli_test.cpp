@@ -98,6 +98,27 @@ TEST(BenchServingCli, BadInputIsNamedBeforeAnythingRuns) {
   r = run_kvcheck("bench --workload chat --fragmentation --quiet");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("one mode at a time"), std::string::npos) << r.output;
+  r = run_kvcheck("bench --workload chat --dummy-weights --shape gpt5 --quiet");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--shape: gpt5: is not a known shape (llama3-8b"), std::string::npos) << r.output;
+  r = run_kvcheck("bench --workload chat --dummy-weights --quiet");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("needs --shape"), std::string::npos) << r.output;
+}
+
+// Dummy weights of a named shape, no checkpoint: the run serves every request of the workload.
+TEST(BenchServingCli, DummyWeightsServeWithoutACheckpoint) {
+  testing::TempDir dir;
+  const CliRun r = run_kvcheck("bench --workload chat --requests 6 --policies int8 --dummy-weights --shape kvcheck-tiny "
+                               "--dummy-layers 2 --quiet --json " + shell_quote(dir / "b.json"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(testing::read_file(dir / "b.json"));
+  EXPECT_EQ(j.at("model"), "dummy:kvcheck-tiny");
+  ASSERT_EQ(j.at("results").size(), 3u);
+  for (const nlohmann::json& row : j.at("results")) {
+    EXPECT_EQ(row.at("requests_completed"), 6) << row.at("policy");
+    EXPECT_EQ(row.at("output_tokens"), row.at("tokens_requested")) << row.at("policy");
+  }
 }
 
 }  // namespace
