@@ -8,7 +8,13 @@
 namespace kvcheck::testing {
 
 CliRun run_kvcheck(const std::string& args, const std::string& env) {
-  const std::string cmd = (env.empty() ? "" : env + " ") + std::string(KVCHECK_BINARY) + " " + args + " 2>&1";
+  return run_command((env.empty() ? "" : env + " ") + std::string(KVCHECK_BINARY) + " " + args);
+}
+
+std::filesystem::path binary_dir() { return std::filesystem::path(KVCHECK_BINARY).parent_path(); }
+
+CliRun run_command(const std::string& command) {
+  const std::string cmd = command + " 2>&1";
   CliRun r;
   FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) return r;

@@ -15,6 +15,12 @@ struct CliRun {
 // `env` assignments such as "KVCHECK_DATASETS=/tmp/x" go in front of the binary).
 CliRun run_kvcheck(const std::string& args, const std::string& env = "");
 
+// Runs a shell command line; stdout and stderr together.
+CliRun run_command(const std::string& command);
+
+// Where kvcheck and the benchmark binaries are built (build/bin).
+std::filesystem::path binary_dir();
+
 // A path quoted for the shell.
 std::string shell_quote(const std::filesystem::path& path);
 

@@ -1,0 +1,317 @@
+// Attention and projection micro-benchmarks, each beside its physical baseline measured in the
+// same process (bench/bench_baselines.h):
+//   BM_DecodeAttention/<tiers>   paged decode attention (kernels/cpu/paged_attention.h) over
+//                                Llama-3-8B head shapes (head_dim 128, GQA group 4) for every stored
+//                                format and LeanKV's tier mix. bytes/s counts every stored byte the
+//                                kernel reads (codes and metadata of every live slot);
+//                                vs_copy_bw is that over the STREAM-like copy bandwidth (Google
+//                                Benchmark prints it with a "/s" suffix: it is a rate over a
+//                                constant rate, a plain ratio in the JSON).
+//   BM_PrefillAttention/<tokens> prefill attention with column sums: FLOP/s (pass one 2 T² d,
+//                                pass two T² d per head, causal halves included) and vs_gemm,
+//                                that over Eigen's float GEMM rate.
+//   BM_LinearRows / BM_EigenGemm the decode projection (kernels/cpu/linear_rows.h) and Eigen's
+//                                GEMM on the same shape: FLOP/s and vs_gemm.
+// The summary printed last gives each decode format's speedup over fp16 beside its byte ratio
+// (LeanKV's comparison: a format that reads half the bytes should run nearly twice as fast).
+//
+//   build/bin/kvcheck_bench_attention --benchmark_out=attention.json --benchmark_out_format=json
+#include <benchmark/benchmark.h>
+
+#include <Eigen/Core>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/bench_baselines.h"
+#include "kernels/cpu/linear_rows.h"
+#include "kernels/cpu/page_encode.h"
+#include "kernels/cpu/paged_attention.h"
+#include "kernels/cpu/prefill_attention.h"
+#include "optimized/page_pool.h"
+
+namespace kvcheck {
+namespace {
+
+constexpr std::int64_t kHeadDim = 128;
+constexpr std::int64_t kGroup = 4;          // Llama-3-8B: 32 query heads over 8 kv heads
+constexpr std::int64_t kContext = 4096;     // tokens per head
+constexpr std::int64_t kHeads = 32;         // (request, kv head) pairs per call: 4 requests x 8 kv heads
+constexpr std::int64_t kPageBytes = 16 * 1024;
+
+KvFormat int_fmt(int bits) { return int_format(per_token(bits)); }
+
+struct TierMix {
+  std::string name;
+  std::vector<KvTier> tiers;
+  double high_share = 1.0;  // share of each head's tokens on tier 0
+};
+
+const std::vector<TierMix>& mixes() {
+  static const std::vector<TierMix> all = {
+      {"fp16", {KvTier{fp16_format(), fp16_format()}}},
+      {"fp8-e4m3", {KvTier{fp8_e4m3_format(), fp8_e4m3_format()}}},
+      {"K8V8", {KvTier{int_fmt(8), int_fmt(8)}}},
+      {"K8V4", {KvTier{int_fmt(8), int_fmt(4)}}},
+      {"K4V4", {KvTier{int_fmt(4), int_fmt(4)}}},
+      {"K2V2", {KvTier{int_fmt(2), int_fmt(2)}}},
+      {"kivi2", {KvTier{int_format(per_channel(2, 32)), int_fmt(2)}}},
+      {"leankv-K8V4+K4V2", {KvTier{int_fmt(8), int_fmt(4)}, KvTier{int_fmt(4), int_fmt(2)}}, 0.5},
+  };
+  return all;
+}
+
+// kHeads heads of kContext live tokens each, in real pages, and the kernel's inputs over them.
+struct DecodeSetup {
+  PagePool pool;
+  std::vector<TierRead> tier_reads;
+  std::vector<std::vector<PageRead>> pages;  // per head, walk order
+  std::vector<float> q, out;
+  std::int64_t stored_bytes = 0;  // codes + metadata of every live slot (and per-page metadata)
+
+  explicit DecodeSetup(PagePoolConfig c) : pool(std::move(c)) {}
+};
+
+std::vector<float> normal(std::int64_t n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> x(static_cast<std::size_t>(n));
+  for (float& v : x) v = d(rng);
+  return x;
+}
+
+std::int64_t pages_for(std::int64_t tokens, std::int64_t per_page) { return (tokens + per_page - 1) / per_page; }
+
+std::unique_ptr<DecodeSetup> make_decode_setup(const TierMix& mix) {
+  const std::int64_t high_tokens = static_cast<std::int64_t>(static_cast<double>(kContext) * mix.high_share);
+  const std::int64_t low_tokens = kContext - high_tokens;
+  std::vector<std::int64_t> per_page;
+  for (const KvTier& t : mix.tiers) per_page.push_back(tokens_per_page(t, kHeadDim, kPageBytes));
+  std::int64_t pages = pages_for(high_tokens, per_page[0]);
+  if (mix.tiers.size() > 1) pages += pages_for(low_tokens, per_page[1]);
+  PagePoolConfig c;
+  c.pages = pages * kHeads;
+  c.page_bytes = kPageBytes;
+  c.head_dim = kHeadDim;
+  c.tiers = mix.tiers;
+  auto s = std::make_unique<DecodeSetup>(c);
+  for (const KvTier& t : mix.tiers) s->tier_reads.push_back(make_tier_read(t, kHeadDim, kPageBytes));
+
+  // One page's worth of encoded keys and values per tier, written into every page of that tier.
+  struct TierRows {
+    EncodedBlock k, v;
+  };
+  std::vector<TierRows> rows;
+  for (std::size_t t = 0; t < mix.tiers.size(); ++t) {
+    const std::int64_t n = per_page[t];
+    rows.push_back({encode_block(mix.tiers[t].key, normal(n * kHeadDim, 1 + t), n, kHeadDim, KvLocation{}),
+                    encode_block(mix.tiers[t].value, normal(n * kHeadDim, 11 + t), n, kHeadDim, KvLocation{})});
+  }
+  PageId next = 0;
+  s->pages.resize(kHeads);
+  for (std::int64_t h = 0; h < kHeads; ++h) {
+    for (std::size_t t = 0; t < mix.tiers.size(); ++t) {
+      std::int64_t left = t == 0 ? high_tokens : low_tokens;
+      const std::int64_t n = per_page[t];
+      const TierRows& r = rows[t];
+      const PageLayout& layout = s->tier_reads[t].layout;
+      while (left > 0) {
+        const PageId id = next++;
+        s->pool.format(id, PageOwner{HeadKey{0, 0, static_cast<std::int32_t>(h)}, static_cast<int>(t)});
+        for (std::int64_t u = 0; u * r.k.group_tokens < n && r.k.group_meta_bytes > 0; ++u) {
+          s->pool.store_key_group_meta(id, u * r.k.group_tokens, r.k.group(u));
+        }
+        const std::int64_t fill = std::min(left, n);
+        for (std::int64_t slot = 0; slot < fill; ++slot) {
+          s->pool.put(id, slot, TokenPayload{static_cast<std::int32_t>(slot), 0.0f});
+          const auto copy = [](std::span<const std::uint8_t> b) { return std::vector<std::uint8_t>(b.begin(), b.end()); };
+          s->pool.store_codes(id, slot, PagePool::SlotCodes{copy(r.k.row(slot)), copy(r.k.meta(slot)),
+                                                            copy(r.v.row(slot)), copy(r.v.meta(slot))});
+        }
+        // What the kernel reads of this page: the code and metadata segments (scores and
+        // positions are not read), in proportion to the live slots.
+        const double live_share = static_cast<double>(fill) / static_cast<double>(n);
+        s->stored_bytes += static_cast<std::int64_t>(
+            live_share * static_cast<double>(layout.key_codes.bytes + layout.key_meta.bytes +
+                                              layout.value_codes.bytes + layout.value_meta.bytes));
+        s->pages[static_cast<std::size_t>(h)].push_back(
+            PageRead{s->pool.bytes(id).data(), s->pool.live_mask(id), static_cast<int>(t)});
+        left -= fill;
+      }
+    }
+  }
+  s->q = normal(kHeads * kGroup * kHeadDim, 99);
+  s->out.assign(s->q.size(), 0.0f);
+  return s;
+}
+
+std::map<std::string, double>& decode_bytes() {
+  static std::map<std::string, double> bytes;
+  return bytes;
+}
+
+void BM_DecodeAttention(benchmark::State& state, const TierMix* mix) {
+  const auto s = make_decode_setup(*mix);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+  for (auto _ : state) {
+    for (std::int64_t h = 0; h < kHeads; ++h) {
+      DecodeHeadInput in;
+      in.head_dim = kHeadDim;
+      in.group = kGroup;
+      in.scale = scale;
+      in.tiers = s->tier_reads;
+      in.pages = s->pages[static_cast<std::size_t>(h)];
+      in.q = std::span<const float>(s->q).subspan(static_cast<std::size_t>(h * kGroup * kHeadDim),
+                                                  static_cast<std::size_t>(kGroup * kHeadDim));
+      paged_decode_attention(in, DecodeHeadOutput{std::span<float>(s->out).subspan(
+                                     static_cast<std::size_t>(h * kGroup * kHeadDim),
+                                     static_cast<std::size_t>(kGroup * kHeadDim))});
+    }
+    benchmark::DoNotOptimize(s->out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * s->stored_bytes);
+  state.counters["stored_MiB"] = static_cast<double>(s->stored_bytes) / (1 << 20);
+  state.counters["bytes_per_token_head"] = static_cast<double>(s->stored_bytes) / static_cast<double>(kContext * kHeads);
+  // vs_copy_bw: bytes/s over the copy bandwidth (a rate counter divided by a constant rate).
+  state.counters["vs_copy_bw"] = benchmark::Counter(static_cast<double>(s->stored_bytes) / copy_bandwidth_bytes_per_s(),
+                                                    benchmark::Counter::kIsIterationInvariantRate);
+  decode_bytes()[mix->name] = static_cast<double>(s->stored_bytes);
+}
+
+void BM_PrefillAttention(benchmark::State& state) {
+  const std::int64_t tokens = state.range(0);
+  constexpr std::int64_t kQHeads = 8, kKvHeads = 2;
+  const std::vector<float> q = normal(tokens * kQHeads * kHeadDim, 3);
+  const std::vector<float> k = normal(tokens * kKvHeads * kHeadDim, 4);
+  const std::vector<float> v = normal(tokens * kKvHeads * kHeadDim, 5);
+  std::vector<float> out(q.size()), columns(static_cast<std::size_t>(kQHeads * tokens));
+  PrefillAttentionInput in;
+  in.tokens = tokens;
+  in.n_heads = kQHeads;
+  in.n_kv_heads = kKvHeads;
+  in.head_dim = kHeadDim;
+  in.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+  in.q = q;
+  in.k = k;
+  in.v = v;
+  for (auto _ : state) {
+    prefill_attention(in, PrefillAttentionOutput{out, columns});
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  // Causal: about T²/2 (query, key) pairs per head, 2d FLOPs each for QKᵀ and for PV in pass one,
+  // and 2d more for pass two's recomputed QKᵀ.
+  const double flops = 3.0 * static_cast<double>(tokens * tokens) * static_cast<double>(kHeadDim) *
+                       static_cast<double>(kQHeads);
+  state.counters["FLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["vs_gemm"] = benchmark::Counter(flops / eigen_gemm_flops_per_s(), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// Decode projection shapes: the embedded model's q projection and a Llama-3-8B one, 32 rows.
+void BM_LinearRows(benchmark::State& state) {
+  const std::int64_t rows = state.range(0), in = state.range(1), out = state.range(2);
+  const std::vector<float> w = normal(out * in, 7), x = normal(rows * in, 8);
+  std::vector<float> y(static_cast<std::size_t>(rows * out));
+  for (auto _ : state) {
+    LinearRowsArgs a;
+    a.w = w.data();
+    a.w_stride = in;
+    a.in = in;
+    a.x = x.data();
+    a.x_stride = in;
+    a.y = y.data();
+    a.y_stride = out;
+    a.rows = rows;
+    a.out_begin = 0;
+    a.out_end = out;
+    linear_rows(a);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  const double flops = 2.0 * static_cast<double>(rows * in * out);
+  state.counters["FLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["vs_gemm"] = benchmark::Counter(flops / eigen_gemm_flops_per_s(), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_EigenGemm(benchmark::State& state) {
+  const std::int64_t rows = state.range(0), in = state.range(1), out = state.range(2);
+  using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  const std::vector<float> wv = normal(out * in, 7), xv = normal(rows * in, 8);
+  const Eigen::Map<const RowMajor> w(wv.data(), out, in), x(xv.data(), rows, in);
+  RowMajor y(rows, out);
+  for (auto _ : state) {
+    y.noalias() = x * w.transpose();
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  const double flops = 2.0 * static_cast<double>(rows * in * out);
+  state.counters["FLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["vs_gemm"] = benchmark::Counter(flops / eigen_gemm_flops_per_s(), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// Seconds per iteration of each decode mix, for the summary.
+class DecodeSummary : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& r : runs) {
+      if (r.error_occurred || r.run_type != Run::RT_Iteration) continue;
+      const std::string name = r.benchmark_name();
+      const std::string prefix = "BM_DecodeAttention/";
+      if (name.rfind(prefix, 0) != 0) continue;
+      seconds_[name.substr(prefix.size())] = r.real_accumulated_time / static_cast<double>(r.iterations);
+    }
+    ConsoleReporter::ReportRuns(runs);
+  }
+  void PrintSummary() const {
+    const auto fp16 = seconds_.find("fp16");
+    if (fp16 == seconds_.end()) return;
+    const double fp16_bytes = decode_bytes()["fp16"];
+    std::printf("\nDecode attention, %lld heads x %lld tokens (head_dim %lld, group %lld); copy bandwidth %.2f GB/s, "
+                "Eigen GEMM %.1f GFLOP/s:\n",
+                static_cast<long long>(kHeads), static_cast<long long>(kContext), static_cast<long long>(kHeadDim),
+                static_cast<long long>(kGroup), copy_bandwidth_bytes_per_s() * 1e-9, eigen_gemm_flops_per_s() * 1e-9);
+    std::printf("  %-20s %10s %10s %10s %12s %12s\n", "tiers", "GB/s", "vs copy", "bytes/fp16", "speedup/fp16",
+                "of byte gain");
+    for (const auto& [name, seconds] : seconds_) {
+      const double bytes = decode_bytes()[name];
+      const double rate = bytes / seconds;
+      const double byte_gain = fp16_bytes / bytes, speedup = fp16->second / seconds;
+      std::printf("  %-20s %10.2f %10.3f %10.3f %12.3f %12.3f\n", name.c_str(), rate * 1e-9,
+                  rate / copy_bandwidth_bytes_per_s(), bytes / fp16_bytes, speedup, speedup / byte_gain);
+    }
+  }
+
+ private:
+  std::map<std::string, double> seconds_;
+};
+
+void register_all() {
+  for (const TierMix& m : mixes()) {
+    benchmark::RegisterBenchmark(("BM_DecodeAttention/" + m.name).c_str(), BM_DecodeAttention, &m)
+        ->Unit(benchmark::kMillisecond);
+  }
+  benchmark::RegisterBenchmark("BM_PrefillAttention", BM_PrefillAttention)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecond);
+  for (auto* bm : {benchmark::RegisterBenchmark("BM_LinearRows", BM_LinearRows),
+                   benchmark::RegisterBenchmark("BM_EigenGemm", BM_EigenGemm)}) {
+    bm->Args({32, 128, 384})->Args({32, 4096, 4096})->Unit(benchmark::kMicrosecond);
+  }
+}
+
+}  // namespace
+}  // namespace kvcheck
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  kvcheck::register_all();
+  kvcheck::DecodeSummary reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  reporter.PrintSummary();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,54 @@
+#include "bench/bench_baselines.h"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+namespace kvcheck {
+namespace {
+
+template <typename F>
+double best_seconds(int repeats, F&& f) {
+  double best = 1e30;
+  for (int i = 0; i < repeats; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+}  // namespace
+
+double copy_bandwidth_bytes_per_s() {
+  static const double rate = [] {
+    constexpr std::size_t kBytes = std::size_t{256} << 20;
+    std::vector<char> a(kBytes, 1), b(kBytes, 2);
+    std::memcpy(b.data(), a.data(), kBytes);  // fault every page in first
+    const double s = best_seconds(5, [&] {
+      std::memcpy(b.data(), a.data(), kBytes);
+      asm volatile("" : : "r"(b.data()) : "memory");
+    });
+    return 2.0 * static_cast<double>(kBytes) / s;
+  }();
+  return rate;
+}
+
+double eigen_gemm_flops_per_s() {
+  static const double rate = [] {
+    constexpr Eigen::Index kN = 1024;
+    const Eigen::MatrixXf a = Eigen::MatrixXf::Random(kN, kN), b = Eigen::MatrixXf::Random(kN, kN);
+    Eigen::MatrixXf c(kN, kN);
+    c.noalias() = a * b;  // warm-up
+    const double s = best_seconds(3, [&] {
+      c.noalias() = a * b;
+      asm volatile("" : : "r"(c.data()) : "memory");
+    });
+    return 2.0 * static_cast<double>(kN * kN * kN) / s;
+  }();
+  return rate;
+}
+
+}  // namespace kvcheck
