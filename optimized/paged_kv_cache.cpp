@@ -10,6 +10,7 @@
 #include "kernels/quant_math.h"
 #include "optimized/nvtx_range.h"
 #include "optimized/pool_exhausted.h"
+#include "optimized/request_error.h"
 #include "reference/errors.h"
 
 namespace kvcheck {
@@ -104,7 +105,7 @@ void PagedKvCache::check_finite(std::int64_t request, std::int32_t layer, std::i
     const std::span<const float> rows = part == 0 ? keys : values;
     for (std::size_t i = 0; i < rows.size(); ++i) {
       if (!std::isfinite(rows[i])) {
-        throw InputError(fmt::format("request {}: layer {}, kv head {}, position {}: {} channel {} is {} (not stored)",
+        throw RequestInputError(request, fmt::format("request {}: layer {}, kv head {}, position {}: {} channel {} is {} (not stored)",
                                      request, layer, head, positions[i / static_cast<std::size_t>(d)],
                                      part == 0 ? "key" : "value", i % static_cast<std::size_t>(d), rows[i]));
       }
@@ -118,7 +119,7 @@ void PagedKvCache::check_fp16_range(std::int64_t request, std::int32_t layer, st
   const auto d = static_cast<std::size_t>(model_.head_dim);
   for (std::size_t i = 0; i < rows.size(); ++i) {
     if (std::fabs(rows[i]) > quant::kF16Max) {
-      throw InputError(fmt::format("request {}: layer {}, kv head {}, position {}: {} channel {} = {} is outside "
+      throw RequestInputError(request, fmt::format("request {}: layer {}, kv head {}, position {}: {} channel {} = {} is outside "
                                    "fp16's range (not stored)", request, layer, head, positions[i / d], part, i % d,
                                    rows[i]));
     }

@@ -9,6 +9,7 @@
 #include "optimized/greedy_decoding.h"
 #include "optimized/nvtx_range.h"
 #include "optimized/pool_exhausted.h"
+#include "optimized/request_error.h"
 #include "reference/errors.h"
 
 namespace kvcheck {
@@ -115,6 +116,7 @@ void Scheduler::start(Running& r) {
     const NvtxRange range("swap");
     cache_.swap_in(id, *r.swapped);
     stats_.swapped_bytes += r.swapped->bytes();
+    swap_held_bytes_ -= r.swapped->bytes();
     r.swapped.reset();
     return;
   }
@@ -213,6 +215,12 @@ void Scheduler::preempt(Running& r) {
     // Swap restores packed heads only; an evicting policy's heads are replayed instead.
     mode = evicts || ctx <= config_.recompute_max_tokens ? PreemptionMode::kRecompute : PreemptionMode::kSwap;
   }
+  if (mode == PreemptionMode::kSwap && config_.max_swap_bytes > 0 && swap_held_bytes_ + held > config_.max_swap_bytes) {
+    log(fmt::format("request {}: swapping {} bytes would hold {} of the {} host bytes allowed (max_swap_bytes): "
+                    "recompute instead", r.request.id, held, swap_held_bytes_ + held, config_.max_swap_bytes));
+    mode = PreemptionMode::kRecompute;
+    ++stats_.swap_budget_recomputes;
+  }
   log(fmt::format("preempt request {} by {}: context {} tokens, {} bytes held, {} of {} pages free, rule {} "
                   "(recompute at <= {} tokens{})",
                   r.request.id, preemption_mode_name(mode), ctx, held, cache_.free_pages(), cache_.pool_pages(),
@@ -222,6 +230,7 @@ void Scheduler::preempt(Running& r) {
     const NvtxRange range("swap");
     r.swapped = cache_.swap_out(r.request.id);
     stats_.swapped_bytes += r.swapped->bytes();
+    swap_held_bytes_ += r.swapped->bytes();
     ++stats_.preemptions_swap;
   } else {
     cache_.preempt(r.request.id);
@@ -261,9 +270,36 @@ void Scheduler::decode() {
       preempt(preempted);
       waiting_.push_front(std::move(preempted));
       continue;
+    } catch (const RequestInputError& e) {
+      // One request's own NaN or out-of-range key or value: it fails alone. The step was cut
+      // short part-way through the layers, so the others' caches may hold part of it: they are
+      // preempted by recompute, which replays them exactly, and rejoin at the front in the order
+      // they were admitted.
+      log(fmt::format("decode step failed for request {} ({}); the other {} requests of the step replay it",
+                      e.request(), e.what(), running_.size() - 1));
+      std::vector<Running> others;
+      for (Running& r : running_) {
+        if (r.request.id == e.request()) {
+          fail(r, e.what());
+          ++stats_.request_faults;
+        } else {
+          others.push_back(std::move(r));
+        }
+      }
+      running_.clear();
+      std::sort(others.begin(), others.end(),
+                [](const Running& a, const Running& b) { return a.admit_order > b.admit_order; });
+      for (Running& r : others) {
+        cache_.preempt(r.request.id);
+        r.recompute = true;
+        ++stats_.preemptions_recompute;
+        ++r.result.preemptions;
+        waiting_.push_front(std::move(r));
+      }
+      return;
     } catch (const InputError& e) {
-      // A NaN key or value (the message names its request) fails the step, and with it every
-      // request of the step: each ends with this error as its result, none is dropped.
+      // Any other bad input of the step (none is known to reach here) fails its requests: each
+      // ends with this error as its result, none is dropped.
       log(fmt::format("decode step failed ({}); failing its requests", e.what()));
       for (Running& r : running_) fail(r, e.what());
       running_.clear();
@@ -293,6 +329,33 @@ void Scheduler::decode() {
     running_ = std::move(still);
     return;
   }
+}
+
+bool Scheduler::cancel(std::int64_t id) {
+  const auto cancelled = [&](Running& r) {
+    if (r.swapped) {
+      swap_held_bytes_ -= r.swapped->bytes();
+      r.swapped.reset();
+    }
+    ++stats_.cancelled;
+    log(fmt::format("request {} cancelled after {} tokens", id, r.result.tokens.size()));
+    finish(r, "cancelled");  // releases its pages (none when queued)
+  };
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+    if (it->request.id != id) continue;
+    Running r = std::move(*it);
+    waiting_.erase(it);
+    cancelled(r);
+    return true;
+  }
+  for (auto it = running_.begin(); it != running_.end(); ++it) {
+    if (it->request.id != id) continue;
+    Running r = std::move(*it);
+    running_.erase(it);
+    cancelled(r);
+    return true;
+  }
+  return false;
 }
 
 bool Scheduler::step() {

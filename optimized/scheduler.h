@@ -24,6 +24,12 @@
 // A request whose prompt alone cannot fit the pool is rejected at submission time, and a
 // request that cannot make progress even when it runs alone fails with a message naming it:
 // nothing is lost silently, every submitted request ends in exactly one result.
+//
+// Faults stay with the request that caused them: a NaN or out-of-range key or value of one
+// request (RequestInputError) fails that request, and the others of its decode step, whose step
+// was cut short, are preempted by recompute and replay it exactly. cancel() ends a queued or
+// running request at once and returns its pages. Swapped-out bytes held on the host are bounded
+// by max_swap_bytes: a swap that would exceed it becomes a recompute, logged.
 #pragma once
 
 #include <cstdint>
@@ -62,6 +68,9 @@ struct SchedulerConfig {
   // Called after a token is appended to a request's output: (request id, tokens generated so far).
   // Replays after a preemption by recompute append nothing and call nothing.
   std::function<void(std::int64_t, std::size_t)> on_token;
+  // Host memory for swapped-out requests, bytes (0: unbounded). A swap preemption that would hold
+  // more falls back to recompute.
+  std::int64_t max_swap_bytes = 0;
 };
 
 struct GenerationRequest {
@@ -75,7 +84,7 @@ struct GenerationRequest {
 struct GenerationResult {
   std::int64_t id = 0;
   std::vector<std::int32_t> tokens;  // generated tokens, in order
-  std::string stop_reason;           // "max_new_tokens", "eos", "max_position_embeddings", or "error"
+  std::string stop_reason;           // "max_new_tokens", "eos", "max_position_embeddings", "cancelled" or "error"
   std::string error;                 // why a request failed or was rejected
   std::int64_t preemptions = 0;
   std::int64_t admitted_step = -1;
@@ -92,6 +101,9 @@ struct SchedulerStats {
   std::int64_t preemptions_swap = 0;
   std::int64_t recomputed_tokens = 0;
   std::int64_t swapped_bytes = 0;  // out and in
+  std::int64_t swap_budget_recomputes = 0;  // swap preemptions turned into recompute by max_swap_bytes
+  std::int64_t cancelled = 0;
+  std::int64_t request_faults = 0;  // requests failed alone by their own NaN / out-of-range activations
 };
 
 class Scheduler {
@@ -102,6 +114,12 @@ class Scheduler {
   void submit(GenerationRequest request);
   // One scheduling step; false when nothing is waiting or running.
   bool step();
+  // Ends request `id` now if it is queued (waiting, or preempted) or running: its pages and any
+  // swapped bytes are returned, its result has the tokens generated so far and stop reason
+  // "cancelled". False (and nothing changes) for an id never submitted or already finished.
+  bool cancel(std::int64_t id);
+  // Bytes of swapped-out requests held on the host now.
+  std::int64_t swap_held_bytes() const { return swap_held_bytes_; }
   // Steps until every request has a result; results in submission order.
   std::vector<GenerationResult> run();
   const SchedulerStats& stats() const { return stats_; }
@@ -139,6 +157,7 @@ class Scheduler {
   SchedulerConfig config_;
   std::int64_t step_ = 0;
   std::int64_t admit_counter_ = 0;
+  std::int64_t swap_held_bytes_ = 0;
   std::deque<Running> waiting_;        // arrival order; preempted requests go back to the front
   std::vector<Running> running_;
   std::map<std::int64_t, GenerationResult> results_;

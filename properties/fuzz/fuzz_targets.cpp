@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/serving_workload.h"
 #include "reference/config.h"
 #include "reference/errors.h"
 #include "reference/safetensors.h"
@@ -73,6 +75,27 @@ int tokenizer(const std::uint8_t* data, std::size_t size) {
   try {
     const std::vector<std::int32_t> ids = tok.encode(std::string_view(reinterpret_cast<const char*>(data), size), true);
     (void)tok.decode(ids);
+  } catch (const InputError&) {
+  }
+  return 0;
+}
+
+int workload_jsonl(const std::uint8_t* data, std::size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  try {
+    // The embedded model's context and vocabulary, as `kvcheck bench --workload-file` reads it.
+    const std::vector<ServingRequest> requests = parse_serving_workload(text, "fuzz.jsonl", 512, 2048);
+    // What the loader promises of every request it returns.
+    for (const ServingRequest& r : requests) {
+      if (r.prompt_tokens < 1 || r.output_tokens < 0 || r.prompt_tokens + r.output_tokens > 512 ||
+          r.shared_prefix_tokens < 0 || r.shared_prefix_tokens > r.prompt_tokens || !(r.arrival_s >= 0.0) ||
+          (!r.prompt.empty() && static_cast<std::int64_t>(r.prompt.size()) != r.prompt_tokens)) {
+        std::abort();
+      }
+      for (const std::int32_t id : r.prompt) {
+        if (id < 0 || id >= 2048) std::abort();
+      }
+    }
   } catch (const InputError&) {
   }
   return 0;
