@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 minutes=1
 shards=1
 out=fuzz-out
-targets=(safetensors config tokenizer page_manager workload_jsonl)
+targets=(safetensors config tokenizer page_manager workload_jsonl report_baseline)
 while [ $# -gt 0 ]; do
   case "$1" in
     --minutes) minutes=$2; shift 2 ;;

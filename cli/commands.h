@@ -62,6 +62,24 @@ void add_verify(CLI::App& app, VerifyArgs& args);
 int run_verify(const VerifyArgs& args);
 int run_verify_sweep(const VerifyArgs& args);
 
+struct ReportArgs {
+  std::string model;
+  std::string device = "cpu";
+  std::vector<std::string> policies;          // names (empty: every registered policy)
+  std::vector<std::int64_t> budgets;          // tokens per head (empty: the mode's default)
+  std::string out;                            // directory of report.json, report.md, report.html
+  std::string baseline;                       // compare with it (exit 1 on a regression)
+  bool update_baseline = false;               // write --baseline from this run instead
+  bool quick = false;                         // the test gate's size
+  std::int64_t prompts = 0, prompt_tokens = 0, max_new_tokens = 0, retrieval = -1, oracle_prompts = -1;  // 0 / -1: mode default
+  std::string cache;                          // reference cache directory (default OUT/reference-cache)
+  int threads = 0;
+  bool quiet = false;
+  std::string command_line;                   // recorded in report.json
+};
+void add_report(CLI::App& app, ReportArgs& args);
+int run_report(const ReportArgs& args);
+
 struct MakeModelArgs {
   bool random = false;
   std::string family = "llama";

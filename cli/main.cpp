@@ -28,6 +28,9 @@ int main(int argc, char** argv) {
   kvcheck::cli::add_bench(app, bench_args);
   kvcheck::cli::VerifyArgs verify_args;
   kvcheck::cli::add_verify(app, verify_args);
+  kvcheck::cli::ReportArgs report_args;
+  kvcheck::cli::add_report(app, report_args);
+  for (int i = 0; i < argc; ++i) report_args.command_line += (i ? " " : "") + std::string(argv[i]);
 
   try {
     app.parse(argc, argv);
@@ -42,6 +45,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("eval")) return kvcheck::cli::run_eval(eval_args);
     if (app.got_subcommand("bench")) return kvcheck::cli::run_bench(bench_args);
     if (app.got_subcommand("verify")) return kvcheck::cli::run_verify(verify_args);
+    if (app.got_subcommand("report")) return kvcheck::cli::run_report(report_args);
   } catch (const kvcheck::InputError& e) {
     fmt::print(stderr, "kvcheck: error: {}\n", e.what());
     return 2;

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/serving_workload.h"
+#include "cli/report_baseline.h"
 #include "reference/config.h"
 #include "reference/errors.h"
 #include "reference/safetensors.h"
@@ -96,6 +97,17 @@ int workload_jsonl(const std::uint8_t* data, std::size_t size) {
         if (id < 0 || id >= 2048) std::abort();
       }
     }
+  } catch (const InputError&) {
+  }
+  return 0;
+}
+
+int report_baseline(const std::uint8_t* data, std::size_t size) {
+  try {
+    const cli::ReportBaseline b =
+        cli::parse_report_baseline(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz.json");
+    // What the gate reads of an accepted baseline must be usable as is.
+    (void)cli::compare_to_baseline(b, b.rows);
   } catch (const InputError&) {
   }
   return 0;

@@ -27,5 +27,7 @@ int page_manager(const std::uint8_t* data, std::size_t size);
 // context and vocabulary); every request it accepts must keep the loader's promises (lengths that
 // fit the context, ids in the vocabulary, a prefix within the prompt, a finite arrival >= 0).
 int workload_jsonl(const std::uint8_t* data, std::size_t size);
+// A report baseline (cli/report_baseline.h's parser, then the gate over its own rows).
+int report_baseline(const std::uint8_t* data, std::size_t size);
 
 }  // namespace kvcheck::fuzz

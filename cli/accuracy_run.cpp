@@ -1,0 +1,177 @@
+#include "cli/accuracy_run.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "cli/engine_options.h"
+#include "cli/verify_step_oracle.h"
+#include "optimized/engine.h"
+#include "reference/errors.h"
+#include "reference/tokenizer.h"
+
+namespace kvcheck::cli {
+
+AccuracyInputs prepare_accuracy_inputs(const ReferenceModel& model, const std::filesystem::path& dir,
+                                       const VerifyArgs& args) {
+  const ModelConfig& c = model.config();
+  AccuracyInputs in;
+  VerifyArgs text_args = args;
+  text_args.feed = "text";
+  in.prompts = make_prompts(text_args, dir, c, in.origin);
+  in.prompt_tokens = args.prompt_tokens;
+  const std::filesystem::path tok = dir / "tokenizer.model";
+  if (args.sweep_retrieval > 0 && std::filesystem::exists(tok)) {
+    const Tokenizer tokenizer = Tokenizer::load(tok);
+    const std::filesystem::path file = datasets_dir() / "eval" / "retrieval.jsonl";
+    for (const RetrievalItem& it : retrieval_subset(load_retrieval(file), args.sweep_retrieval)) {
+      RetrievalCase rc{it, tokenizer.encode(it.prompt, true), tokenizer.encode(it.answer, false)};
+      if (static_cast<std::int64_t>(rc.prompt.size() + rc.answer.size()) > c.max_position_embeddings) {
+        throw input_error(file.string(), it.id, "prompt and answer ({} tokens) exceed max_position_embeddings {}",
+                          rc.prompt.size() + rc.answer.size(), c.max_position_embeddings);
+      }
+      in.retrieval.push_back(std::move(rc));
+    }
+  }
+  return in;
+}
+
+TextReference compute_text_reference(const ReferenceModel& model, const AccuracyInputs& inputs) {
+  const auto V = static_cast<std::size_t>(model.config().vocab_size);
+  const std::int64_t P = inputs.prompt_tokens;
+  TextReference ref;
+  for (const Prompt& p : inputs.prompts) {
+    const MatrixRM logits = model.forward(p.tokens);
+    std::vector<float> rows;
+    for (std::int64_t r = P - 1; r + 1 < static_cast<std::int64_t>(p.tokens.size()); ++r) {
+      const std::span<const float> row(logits.data() + r * static_cast<std::int64_t>(V), V);
+      rows.insert(rows.end(), row.begin(), row.end());
+      ref.nll += token_nll(row, p.tokens[static_cast<std::size_t>(r + 1)]);
+      ++ref.predicted;
+    }
+    ref.rows.push_back(std::move(rows));
+  }
+  return ref;
+}
+
+AccuracyRow measure_accuracy(const ReferenceModel& model, const AccuracyInputs& inputs, const VerifyArgs& args,
+                             const std::string& spec, std::int64_t oracle_prompts) {
+  const auto start = std::chrono::steady_clock::now();
+  const ModelConfig& c = model.config();
+  const auto V = static_cast<std::size_t>(c.vocab_size);
+  const std::int64_t P = inputs.prompt_tokens;
+  const double fp16_bytes_per_token = tier_bytes_per_token({fp16_format(), fp16_format()}, c.head_dim);
+  std::unique_ptr<Engine> engine = make_engine(model, single_request_engine_options(args, spec));
+  AccuracyRow row;
+  row.name = engine->policy->name();
+  // Bytes and tokens held at each head's latest decode step.
+  struct Held {
+    double bytes = 0.0;
+    std::int64_t high = 0, low = 0;
+  };
+  std::map<std::pair<std::int32_t, std::int32_t>, Held> head_held;
+  std::vector<LiveToken> live;
+  std::vector<SlotRef> slots;
+  RunnerTrace trace;
+  trace.on_decode_head = [&](const DecodeHeadTrace& s) {
+    engine->cache->live_tokens(s.request, s.layer, s.kv_head, live, slots);
+    Held h;
+    for (const SlotRef& r : slots) {
+      h.bytes += tier_bytes_per_token(engine->cache->tiers()[static_cast<std::size_t>(r.tier)].tier, c.head_dim);
+      ++(r.tier == 0 ? h.high : h.low);
+    }
+    head_held[{s.layer, s.kv_head}] = h;
+  };
+  engine->runner->set_trace(&trace);
+  DistributionComparison dist;
+  double nll = 0.0, bytes_ratio_sum = 0.0, high_sum = 0.0, low_sum = 0.0;
+  std::int64_t predicted = 0;
+  const double heads = static_cast<double>(c.num_hidden_layers * c.num_key_value_heads);
+  for (std::size_t p = 0; p < inputs.prompts.size(); ++p) {
+    const std::span<const std::int32_t> all(inputs.prompts[p].tokens);
+    EngineGenerateOptions eg;
+    eg.forced = all.subspan(static_cast<std::size_t>(P));
+    eg.max_new_tokens = static_cast<std::int64_t>(eg.forced.size());
+    eg.stop_at_eos = false;
+    eg.keep_logits = true;
+    head_held.clear();
+    const EngineGenerateResult er =
+        engine_generate(*engine, static_cast<std::int64_t>(p), all.first(static_cast<std::size_t>(P)), eg);
+    const std::vector<float>& rr = inputs.reference.rows[p];
+    const std::int64_t n = static_cast<std::int64_t>(rr.size() / V);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::span<const float> e(er.logits.data() + (P - 1 + i) * static_cast<std::int64_t>(V), V);
+      dist.add(std::span<const float>(rr.data() + i * static_cast<std::int64_t>(V), V), e);
+      nll += token_nll(e, all[static_cast<std::size_t>(P + i)]);
+      ++predicted;
+    }
+    double held = 0.0;
+    for (const auto& [head, h] : head_held) {
+      held += h.bytes;
+      high_sum += static_cast<double>(h.high) / heads;
+      low_sum += static_cast<double>(h.low) / heads;
+    }
+    // The last decode step added the last fed token: the context is the whole window.
+    const double context = static_cast<double>(all.size());
+    bytes_ratio_sum += held / (context * heads * fp16_bytes_per_token);
+  }
+  engine->runner->set_trace(nullptr);
+  for (std::size_t i = 0; i < inputs.retrieval.size(); ++i) {
+    const RetrievalCase& rc = inputs.retrieval[i];
+    EngineGenerateOptions eg;
+    eg.max_new_tokens = static_cast<std::int64_t>(rc.answer.size());
+    eg.stop_at_eos = false;
+    const EngineGenerateResult er = engine_generate(*engine, 100000 + static_cast<std::int64_t>(i), rc.prompt, eg);
+    const bool ok = exact_match(er.generated, rc.answer);
+    row.overall.add(ok);
+    row.by_length[rc.item.length_bucket].add(ok);
+    row.by_task[rc.item.task].add(ok);
+  }
+  row.dist = dist.summary();
+  row.ppl = perplexity(nll, predicted);
+  const double count = static_cast<double>(inputs.prompts.size());
+  row.bytes_ratio = bytes_ratio_sum / count;
+  row.high_per_head = high_sum / count;
+  row.low_per_head = low_sum / count;
+
+  if (oracle_prompts > 0) {
+    std::unique_ptr<Engine> checked = make_engine(model, single_request_engine_options(args, spec));
+    VerifyStepOracle oracle(*checked);
+    const auto n = std::min<std::size_t>(static_cast<std::size_t>(oracle_prompts), inputs.prompts.size());
+    for (std::size_t p = 0; p < n; ++p) {
+      oracle.begin(inputs.prompts[p].source);
+      const std::span<const std::int32_t> all(inputs.prompts[p].tokens);
+      EngineGenerateOptions eg;
+      eg.forced = all.subspan(static_cast<std::size_t>(P));
+      eg.max_new_tokens = static_cast<std::int64_t>(eg.forced.size());
+      eg.stop_at_eos = false;
+      engine_generate(*checked, static_cast<std::int64_t>(p), all.first(static_cast<std::size_t>(P)), eg);
+    }
+    row.oracle_checks = oracle.checks();
+    row.oracle_violations = oracle.violations();
+  }
+  row.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return row;
+}
+
+nlohmann::json accuracy_row_json(const AccuracyRow& row, const std::string& spec, std::int64_t budget) {
+  nlohmann::json lengths = nlohmann::json::object(), tasks = nlohmann::json::object();
+  for (const auto& [len, a] : row.by_length) lengths[std::to_string(len)] = a.accuracy();
+  for (const auto& [task, a] : row.by_task) tasks[task] = a.accuracy();
+  return {{"policy", row.name},
+          {"spec", spec},
+          {"budget", budget == 0 ? nlohmann::json(nullptr) : nlohmann::json(budget)},
+          {"kv_bytes_vs_fp16", row.bytes_ratio},
+          {"high_tokens_per_head", row.high_per_head},
+          {"low_tokens_per_head", row.low_per_head},
+          {"kl_mean", row.dist.kl_mean},
+          {"kl_stderr", row.dist.kl_stderr},
+          {"kl_p99", row.dist.kl_p99},
+          {"top1_agreement", row.dist.top1_agreement},
+          {"perplexity", row.ppl},
+          {"retrieval_items", row.overall.total},
+          {"retrieval_accuracy", row.overall.total ? nlohmann::json(row.overall.accuracy()) : nlohmann::json(nullptr)},
+          {"retrieval_accuracy_by_length", lengths},
+          {"retrieval_accuracy_by_task", tasks}};
+}
+
+}  // namespace kvcheck::cli

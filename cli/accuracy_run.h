@@ -1,0 +1,76 @@
+// One accuracy measurement of the optimized engine against the reference (kvcheck verify --sweep
+// and kvcheck report share it):
+//   text       held-out windows, each prompt_tokens of prompt and max_new_tokens of continuation
+//              fed one decode step at a time: KL(P_ref || P_engine) statistics, top-1 agreement,
+//              RMS Δp, and the engine's perplexity of the continuation;
+//   bytes      at each prompt's last decode step, the KV bytes the cache holds for it relative
+//              to full-fp16 holding the whole context;
+//   retrieval  items of the retrieval set, greedy exact match, overall and per length and task;
+//   oracle     optionally, the per-step oracle (cli/verify_step_oracle.h) on the first prompts.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/verify_prompts.h"
+#include "oracles/accuracy_metrics.h"
+#include "oracles/eval_data.h"
+#include "reference/model.h"
+
+namespace kvcheck::cli {
+
+// The reference's logits at every decode position of every prompt (row prompt_tokens - 1 onward)
+// and its negative log-likelihood of the continuations.
+struct TextReference {
+  std::vector<std::vector<float>> rows;  // per prompt: [decode positions][vocab]
+  double nll = 0.0;
+  std::int64_t predicted = 0;
+};
+
+struct RetrievalCase {
+  RetrievalItem item;
+  std::vector<std::int32_t> prompt, answer;
+};
+
+struct AccuracyInputs {
+  std::vector<Prompt> prompts;  // prompt + continuation tokens
+  std::string origin;
+  std::int64_t prompt_tokens = 0;
+  std::vector<RetrievalCase> retrieval;
+  TextReference reference;
+};
+
+// The prompts (args.prompts windows of args.prompt_tokens + args.max_new_tokens held-out tokens)
+// and args.sweep_retrieval retrieval items; the reference is left empty (compute_text_reference).
+AccuracyInputs prepare_accuracy_inputs(const ReferenceModel& model, const std::filesystem::path& dir,
+                                       const VerifyArgs& args);
+TextReference compute_text_reference(const ReferenceModel& model, const AccuracyInputs& inputs);
+
+struct AccuracyRow {
+  std::string name;  // the policy's name, every parameter spelled out
+  double bytes_ratio = 0.0;
+  double high_per_head = 0.0, low_per_head = 0.0;  // mean tokens per head at the last step
+  DistributionSummary dist;
+  double ppl = 0.0;
+  AccuracyCounter overall;
+  std::map<std::int64_t, AccuracyCounter> by_length;
+  std::map<std::string, AccuracyCounter> by_task;
+  std::int64_t oracle_checks = 0, oracle_violations = 0;  // 0 and 0 when the oracle did not run
+  double wall_s = 0.0;
+};
+
+// Runs `spec` over the inputs (the per-step oracle over the first `oracle_prompts` prompts, in a
+// separate pass so that it does not disturb the measured run).
+AccuracyRow measure_accuracy(const ReferenceModel& model, const AccuracyInputs& inputs, const VerifyArgs& args,
+                             const std::string& spec, std::int64_t oracle_prompts = 0);
+
+// The row's fields as verify --sweep and kvcheck report write them.
+nlohmann::json accuracy_row_json(const AccuracyRow& row, const std::string& spec, std::int64_t budget);
+
+}  // namespace kvcheck::cli

@@ -1,0 +1,21 @@
+// kvcheck report's human-readable outputs, from report.json's object: report.md (summary tables)
+// and report.html (one self-contained file, no network: inline SVG plots of KV bytes against KL
+// and against retrieval accuracy per policy with the Pareto front marked, as MiniKV's Figure 5
+// and LeanKV's Figure 10, and retrieval accuracy by context length as a heat table).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace kvcheck::cli {
+
+// Indices of the rows on the Pareto front of (x, y): no other row has x <= and y better (lower
+// when lower_is_better) with one of them strictly; ordered by x.
+std::vector<std::size_t> pareto_front(const std::vector<double>& x, const std::vector<double>& y, bool lower_is_better);
+
+std::string report_markdown(const nlohmann::json& report);
+std::string report_html(const nlohmann::json& report);
+
+}  // namespace kvcheck::cli

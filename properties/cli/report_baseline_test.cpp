@@ -1,0 +1,97 @@
+// The report's regression gate (cli/report_baseline.h) on hand-made rows: what regresses and what
+// does not at the tolerances' edges, a lost row, oracle violations; the baseline parser's errors
+// name the field; the Pareto front of a known set of points.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "cli/report_baseline.h"
+#include "cli/report_html.h"
+#include "reference/errors.h"
+
+namespace kvcheck::cli {
+namespace {
+
+BaselineRow row(const std::string& policy, double kl, double ppl, std::optional<double> acc, std::int64_t n) {
+  BaselineRow r;
+  r.policy = policy;
+  r.kl_mean = kl;
+  r.perplexity_ratio = ppl;
+  r.retrieval_accuracy = acc;
+  r.retrieval_items = n;
+  return r;
+}
+
+ReportBaseline baseline() {
+  ReportBaseline b;
+  b.rows = {row("int8", 1e-4, 1.01, 1.0, 12), row("h2o:budget=32", 0.02, 1.05, 0.5, 48), row("fp8", 1e-3, 1.0, std::nullopt, 0)};
+  return b;  // default tolerances: kl 5% + 1e-7, ppl 0.5%, accuracy 2 sigma (at least one item)
+}
+
+TEST(ReportBaseline, WithinTolerancePasses) {
+  const std::vector<BaselineRow> now = {row("int8", 1.049e-4, 1.015, 11.0 / 12.0, 12),  // one item of 12: allowed
+                                        row("h2o:budget=32", 0.02, 1.05, 0.5 - 0.14, 48),  // 2 sigma = 0.144
+                                        row("fp8", 1.05e-3, 1.004, std::nullopt, 0)};
+  EXPECT_TRUE(compare_to_baseline(baseline(), now).empty()) << regression_table(compare_to_baseline(baseline(), now));
+}
+
+TEST(ReportBaseline, EachMetricRegressesPastItsTolerance) {
+  std::vector<BaselineRow> now = {row("int8", 1.06e-4, 1.016, 10.0 / 12.0, 12),  // all three past the edge
+                                  row("h2o:budget=32", 0.02, 1.05, 0.5 - 0.15, 48)};
+  now[1].oracle_violations = 3;
+  const std::vector<Regression> r = compare_to_baseline(baseline(), now);
+  std::vector<std::string> found;
+  for (const Regression& x : r) found.push_back(x.policy + "/" + x.metric);
+  EXPECT_EQ(found, (std::vector<std::string>{"int8/kl_mean", "int8/perplexity_ratio", "int8/retrieval_accuracy",
+                                             "h2o:budget=32/retrieval_accuracy", "h2o:budget=32/oracle_violations",
+                                             "fp8/missing"}));
+  const std::string table = regression_table(r);
+  EXPECT_NE(table.find("int8"), std::string::npos) << table;
+  EXPECT_NE(table.find("-16.7 pt"), std::string::npos) << "two items of twelve: " << table;
+  EXPECT_NE(table.find("lost"), std::string::npos) << table;
+}
+
+TEST(ReportBaseline, ParserNamesTheField) {
+  const auto expect_error = [](const std::string& text, const std::string& needle) {
+    try {
+      parse_report_baseline(text, "b.json");
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_error("{", "b.json: json: is not valid JSON");
+  expect_error(R"({"format": "other", "version": 1, "rows": []})", "b.json: format");
+  expect_error(R"({"format": "kvcheck-report-baseline", "version": 2, "rows": []})", "b.json: version");
+  expect_error(R"({"format": "kvcheck-report-baseline", "version": 1, "rows": [{"policy": "a", "perplexity_ratio": 1}]})",
+               "b.json: rows[0]: kl_mean: missing");
+  expect_error(R"({"format": "kvcheck-report-baseline", "version": 1, "rows": [{"policy": "a", "kl_mean": -1, "perplexity_ratio": 1}]})",
+               "rows[0]: kl_mean: must be finite and >= 0");
+  expect_error(R"({"format": "kvcheck-report-baseline", "version": 1, "rows": [{"policy": "a", "kl_mean": 0, "perplexity_ratio": 1, "retrieval_accuracy": 0.5, "retrieval_items": 0}]})",
+               "rows[0]: retrieval_items");
+  expect_error(R"({"format": "kvcheck-report-baseline", "version": 1, "rows": [{"policy": "a", "kl_mean": 0, "perplexity_ratio": 1}, {"policy": "a", "kl_mean": 0, "perplexity_ratio": 1}]})",
+               "rows[1]: policy: a appears twice");
+  expect_error(R"({"format": "kvcheck-report-baseline", "version": 1, "tolerances": {"kl_rel": "x"}, "rows": []})",
+               "tolerances: kl_rel");
+  // Round trip of what --update-baseline writes.
+  const nlohmann::json written = make_report_baseline({{"prompts", 2}}, baseline().rows, BaselineTolerances{});
+  const ReportBaseline back = parse_report_baseline(written.dump(), "w.json");
+  ASSERT_EQ(back.rows.size(), 3u);
+  EXPECT_EQ(back.rows[1].retrieval_items, 48);
+  EXPECT_FALSE(back.rows[2].retrieval_accuracy.has_value());
+  EXPECT_EQ(back.settings, (nlohmann::json{{"prompts", 2}}));
+}
+
+TEST(ReportBaseline, ParetoFrontOfKnownPoints) {
+  // (bytes, KL): the front is the lower-left staircase.
+  const std::vector<double> x{0.2, 0.3, 0.5, 0.5, 1.0, 0.25};
+  const std::vector<double> y{0.05, 0.01, 0.02, 0.001, 0.0, 0.06};
+  EXPECT_EQ(pareto_front(x, y, true), (std::vector<std::size_t>{0, 1, 3, 4}));
+  // (bytes, accuracy): higher is better.
+  const std::vector<double> acc{0.1, 0.5, 0.4, 0.9, 0.9, 0.2};
+  EXPECT_EQ(pareto_front(x, acc, false), (std::vector<std::size_t>{0, 5, 1, 3}));
+}
+
+}  // namespace
+}  // namespace kvcheck::cli
