@@ -7,7 +7,9 @@
 #      (JSON in $build_dir/reports/verify-*.json),
 #   4. run the per-step oracle for every registered policy at its defaults (exit 3 on a
 #      violation; JSON in $build_dir/reports/oracle-*.json), and
-#   5. a small accuracy sweep of every policy (JSON in $build_dir/reports/sweep.json).
+#   5. the accuracy report of every policy at three budgets (kvcheck report: report.json, report.md
+#      and report.html in $build_dir/reports/report/), printing its summary table and the path of
+#      report.html.
 # KVCHECK_EVAL_LIMIT (default 48) bounds the evaluation; set it to 0 for the full sets.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,5 +39,4 @@ for policy in $("$kvcheck" verify --list-policies); do
   "$kvcheck" verify --verify-each-step --policy "$policy" --prompts 4 --prompt-tokens 96 --max-new-tokens 64 \
     --json "$build_dir/reports/oracle-$policy.json" | tail -n 1
 done
-"$kvcheck" verify --sweep --prompts 4 --prompt-tokens 96 --max-new-tokens 64 --sweep-budgets 32,64 \
-  --sweep-retrieval 24 --json "$build_dir/reports/sweep.json"
+"$kvcheck" report --budgets 32,64,128 --out "$build_dir/reports/report" --quiet
