@@ -70,6 +70,12 @@ TEST(ReportBaseline, ParserNamesTheField) {
                "rows[0]: kl_mean: must be finite and >= 0");
   expect_error(R"({"format": "kvcheck-report-baseline", "version": 1, "rows": [{"policy": "a", "kl_mean": 0, "perplexity_ratio": 1, "retrieval_accuracy": 0.5, "retrieval_items": 0}]})",
                "rows[0]: retrieval_items");
+  // Found by the report_baseline fuzzer (datasets/fuzz/report_baseline/regression-*): a count far
+  // beyond int64 was cast unchecked.
+  expect_error(R"({"format": "kvcheck-report-baseline", "version": 1, "rows": [{"policy": "a", "kl_mean": 0, "perplexity_ratio": 1, "retrieval_accuracy": 0, "retrieval_items": 13333333333333318492}]})",
+               "rows[0]: retrieval_items: must be an integer in [1, 2^53]");
+  expect_error(R"({"format": "kvcheck-report-baseline", "version": 1, "rows": [{"policy": "a", "kl_mean": 0, "perplexity_ratio": 1, "oracle_violations": 1e300}]})",
+               "rows[0]: oracle_violations");
   expect_error(R"({"format": "kvcheck-report-baseline", "version": 1, "rows": [{"policy": "a", "kl_mean": 0, "perplexity_ratio": 1}, {"policy": "a", "kl_mean": 0, "perplexity_ratio": 1}]})",
                "rows[1]: policy: a appears twice");
   expect_error(R"({"format": "kvcheck-report-baseline", "version": 1, "tolerances": {"kl_rel": "x"}, "rows": []})",
