@@ -10,7 +10,7 @@ browser=$(command -v chromium || command -v chromium-browser || command -v googl
 [[ -n $browser ]] || { echo "ci/screenshot-report.sh: no Chromium found (apt-get install chromium)" >&2; exit 2; }
 [[ -f $html ]] || { echo "ci/screenshot-report.sh: $html not found" >&2; exit 2; }
 # --no-sandbox: CI containers run as root. The report is self-contained, so no network is needed.
-"$browser" --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1280,2600 \
+"$browser" --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1280,4800 \
   --screenshot="$(realpath -m "$png")" "file://$(realpath "$html")" >/dev/null 2>&1
 [[ -s $png ]] || { echo "ci/screenshot-report.sh: Chromium wrote no screenshot" >&2; exit 1; }
 echo "screenshot: $png"

@@ -54,7 +54,7 @@ TextReference compute_text_reference(const ReferenceModel& model, const Accuracy
 }
 
 AccuracyRow measure_accuracy(const ReferenceModel& model, const AccuracyInputs& inputs, const VerifyArgs& args,
-                             const std::string& spec, std::int64_t oracle_prompts) {
+                             const std::string& spec, std::int64_t oracle_prompts, bool retrieval) {
   const auto start = std::chrono::steady_clock::now();
   const ModelConfig& c = model.config();
   const auto V = static_cast<std::size_t>(c.vocab_size);
@@ -69,10 +69,12 @@ AccuracyRow measure_accuracy(const ReferenceModel& model, const AccuracyInputs& 
     std::int64_t high = 0, low = 0;
   };
   std::map<std::pair<std::int32_t, std::int32_t>, Held> head_held;
+  std::vector<double> fragmentation;  // this prompt's, per decode step
   std::vector<LiveToken> live;
   std::vector<SlotRef> slots;
   RunnerTrace trace;
   trace.on_decode_head = [&](const DecodeHeadTrace& s) {
+    if (s.layer == 0 && s.kv_head == 0) fragmentation.push_back(engine->cache->manager().stats().internal_fragmentation);
     engine->cache->live_tokens(s.request, s.layer, s.kv_head, live, slots);
     Held h;
     for (const SlotRef& r : slots) {
@@ -86,6 +88,10 @@ AccuracyRow measure_accuracy(const ReferenceModel& model, const AccuracyInputs& 
   double nll = 0.0, bytes_ratio_sum = 0.0, high_sum = 0.0, low_sum = 0.0;
   std::int64_t predicted = 0;
   const double heads = static_cast<double>(c.num_hidden_layers * c.num_key_value_heads);
+  const auto layers = static_cast<std::size_t>(c.num_hidden_layers), kv_heads = static_cast<std::size_t>(c.num_key_value_heads);
+  row.layer_tokens.assign(layers, 0.0);
+  row.head_bytes_ratio.assign(layers, std::vector<double>(kv_heads, 0.0));
+  std::vector<std::int64_t> fragmentation_samples;
   for (std::size_t p = 0; p < inputs.prompts.size(); ++p) {
     const std::span<const std::int32_t> all(inputs.prompts[p].tokens);
     EngineGenerateOptions eg;
@@ -94,6 +100,7 @@ AccuracyRow measure_accuracy(const ReferenceModel& model, const AccuracyInputs& 
     eg.stop_at_eos = false;
     eg.keep_logits = true;
     head_held.clear();
+    fragmentation.clear();
     const EngineGenerateResult er =
         engine_generate(*engine, static_cast<std::int64_t>(p), all.first(static_cast<std::size_t>(P)), eg);
     const std::vector<float>& rr = inputs.reference.rows[p];
@@ -104,18 +111,29 @@ AccuracyRow measure_accuracy(const ReferenceModel& model, const AccuracyInputs& 
       nll += token_nll(e, all[static_cast<std::size_t>(P + i)]);
       ++predicted;
     }
+    // The last decode step added the last fed token: the context is the whole window.
+    const double context = static_cast<double>(all.size());
     double held = 0.0;
     for (const auto& [head, h] : head_held) {
       held += h.bytes;
       high_sum += static_cast<double>(h.high) / heads;
       low_sum += static_cast<double>(h.low) / heads;
+      const auto [l, k] = head;
+      row.layer_tokens[static_cast<std::size_t>(l)] += static_cast<double>(h.high + h.low) / static_cast<double>(kv_heads);
+      row.head_bytes_ratio[static_cast<std::size_t>(l)][static_cast<std::size_t>(k)] += h.bytes / (context * fp16_bytes_per_token);
     }
-    // The last decode step added the last fed token: the context is the whole window.
-    const double context = static_cast<double>(all.size());
     bytes_ratio_sum += held / (context * heads * fp16_bytes_per_token);
+    if (fragmentation.size() > row.fragmentation_by_step.size()) {
+      row.fragmentation_by_step.resize(fragmentation.size(), 0.0);
+      fragmentation_samples.resize(fragmentation.size(), 0);
+    }
+    for (std::size_t t = 0; t < fragmentation.size(); ++t) {
+      row.fragmentation_by_step[t] += fragmentation[t];
+      ++fragmentation_samples[t];
+    }
   }
   engine->runner->set_trace(nullptr);
-  for (std::size_t i = 0; i < inputs.retrieval.size(); ++i) {
+  for (std::size_t i = 0; retrieval && i < inputs.retrieval.size(); ++i) {
     const RetrievalCase& rc = inputs.retrieval[i];
     EngineGenerateOptions eg;
     eg.max_new_tokens = static_cast<std::int64_t>(rc.answer.size());
@@ -132,6 +150,13 @@ AccuracyRow measure_accuracy(const ReferenceModel& model, const AccuracyInputs& 
   row.bytes_ratio = bytes_ratio_sum / count;
   row.high_per_head = high_sum / count;
   row.low_per_head = low_sum / count;
+  for (double& t : row.layer_tokens) t /= count;
+  for (std::vector<double>& layer : row.head_bytes_ratio) {
+    for (double& b : layer) b /= count;
+  }
+  for (std::size_t t = 0; t < row.fragmentation_by_step.size(); ++t) {
+    row.fragmentation_by_step[t] /= static_cast<double>(fragmentation_samples[t]);
+  }
 
   if (oracle_prompts > 0) {
     std::unique_ptr<Engine> checked = make_engine(model, single_request_engine_options(args, spec));
@@ -163,6 +188,9 @@ nlohmann::json accuracy_row_json(const AccuracyRow& row, const std::string& spec
           {"kv_bytes_vs_fp16", row.bytes_ratio},
           {"high_tokens_per_head", row.high_per_head},
           {"low_tokens_per_head", row.low_per_head},
+          {"tokens_per_layer", row.layer_tokens},
+          {"bytes_vs_fp16_per_head", row.head_bytes_ratio},
+          {"fragmentation_by_step", row.fragmentation_by_step},
           {"kl_mean", row.dist.kl_mean},
           {"kl_stderr", row.dist.kl_stderr},
           {"kl_p99", row.dist.kl_p99},

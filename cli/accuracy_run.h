@@ -5,6 +5,8 @@
 //              RMS Δp, and the engine's perplexity of the continuation;
 //   bytes      at each prompt's last decode step, the KV bytes the cache holds for it relative
 //              to full-fp16 holding the whole context;
+//   memory     where the bytes are: tokens held per layer and bytes per (layer, kv head) at the
+//              last step, and the pool's internal fragmentation at every decode step;
 //   retrieval  items of the retrieval set, greedy exact match, overall and per length and task;
 //   oracle     optionally, the per-step oracle (cli/verify_step_oracle.h) on the first prompts.
 #pragma once
@@ -56,6 +58,15 @@ struct AccuracyRow {
   std::string name;  // the policy's name, every parameter spelled out
   double bytes_ratio = 0.0;
   double high_per_head = 0.0, low_per_head = 0.0;  // mean tokens per head at the last step
+  // Means over the prompts, at each prompt's last decode step: tokens held per kv head of each
+  // layer (the per-layer budgets XKV and PyramidKV choose), and each head's bytes relative to
+  // full-fp16 holding the whole context ([layer][kv head]; their mean is bytes_ratio).
+  std::vector<double> layer_tokens;
+  std::vector<std::vector<double>> head_bytes_ratio;
+  // The pool's internal fragmentation (1 - live slots / allocated slots, every head and tier) as
+  // each decode step's attention reads the pages (after the step's reservation: its append,
+  // eviction and any compaction), mean over the prompts.
+  std::vector<double> fragmentation_by_step;
   DistributionSummary dist;
   double ppl = 0.0;
   AccuracyCounter overall;
@@ -66,9 +77,10 @@ struct AccuracyRow {
 };
 
 // Runs `spec` over the inputs (the per-step oracle over the first `oracle_prompts` prompts, in a
-// separate pass so that it does not disturb the measured run).
+// separate pass so that it does not disturb the measured run; the retrieval items unless
+// `retrieval` is false).
 AccuracyRow measure_accuracy(const ReferenceModel& model, const AccuracyInputs& inputs, const VerifyArgs& args,
-                             const std::string& spec, std::int64_t oracle_prompts = 0);
+                             const std::string& spec, std::int64_t oracle_prompts = 0, bool retrieval = true);
 
 // The row's fields as verify --sweep and kvcheck report write them.
 nlohmann::json accuracy_row_json(const AccuracyRow& row, const std::string& spec, std::int64_t budget);

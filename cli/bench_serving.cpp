@@ -22,6 +22,7 @@
 #include "bench/serving_run.h"
 #include "bench/serving_workload.h"
 #include "cli/commands.h"
+#include "cli/engine_options.h"
 #include "cli/json_file.h"
 #include "cli/progress.h"
 #include "kernels/cpu/kv_bytes.h"
@@ -35,19 +36,6 @@
 namespace kvcheck::cli {
 
 namespace {
-
-// 16 tokens of a full-fp16 head per page, in 256-byte steps.
-std::int64_t default_page_bytes(const ModelConfig& c) {
-  const KvTier tier = make_policy("full-fp16")->tiers().front();
-  std::int64_t bytes = 256;
-  for (;; bytes += 256) {
-    try {
-      if (tokens_per_page(tier, c.head_dim, bytes) >= 16) return bytes;
-    } catch (const InputError&) {
-      // not even one token fits yet
-    }
-  }
-}
 
 // Token ids of real text to cut prompts from: the held-out documents through the model's tokenizer,
 // or seeded random ids for a model without one.
@@ -136,7 +124,7 @@ int run_serving_bench(const BenchArgs& args) {
   }
   const double n = static_cast<double>(requests.size());
 
-  const std::int64_t page_bytes = args.page_bytes > 0 ? args.page_bytes : default_page_bytes(c);
+  const std::int64_t page_bytes = args.page_bytes > 0 ? args.page_bytes : sixteen_token_page_bytes(c);
   std::int64_t budget = args.kv_budget;
   if (budget == 0) {
     // About 8 requests at full context in full fp16, in whole pages.

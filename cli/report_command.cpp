@@ -3,6 +3,7 @@
 // policy x budget runs through cli/accuracy_run.h, the per-step oracle over the first prompt(s).
 // Outputs report.json (format "kvcheck-report", version 1), report.md and report.html under --out;
 // with --baseline, exits 1 and prints what regressed (cli/report_baseline.h).
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 
@@ -13,12 +14,14 @@
 
 #include "cli/accuracy_run.h"
 #include "cli/commands.h"
+#include "cli/engine_options.h"
 #include "cli/json_file.h"
 #include "cli/progress.h"
 #include "cli/report_baseline.h"
 #include "cli/report_html.h"
 #include "cli/report_reference_cache.h"
 #include "optimized/kv_policy.h"
+#include "optimized/slot_strategy.h"
 #include "reference/errors.h"
 #include "reference/model.h"
 
@@ -179,6 +182,26 @@ int run_report(const ReportArgs& args) {
       bar.update(static_cast<std::int64_t>(i + 1), static_cast<std::int64_t>(configs.size()));
     }
   }
+  // SpvLLM's four slot strategies at the middle budget, in pages of 16 tokens as its blocks: the
+  // same decisions (H2O's), so the same accuracy; what differs is how the pages fill, shown as
+  // fragmentation over the decode steps.
+  nlohmann::json spvllm = nullptr;
+  const bool has_spvllm = std::any_of(configs.begin(), configs.end(), [](const Config& c) { return c.spec.starts_with("spvllm"); });
+  if (has_spvllm) {
+    const std::int64_t budget = mode.budgets[mode.budgets.size() / 2];
+    VerifyArgs blocks = run;
+    blocks.page_bytes = sixteen_token_page_bytes(model.config());
+    nlohmann::json strategies = nlohmann::json::array();
+    for (const SlotStrategy st : kAllSlotStrategies) {
+      const std::string spec = fmt::format("{},strategy={}", *policy_spec_at_budget("spvllm", budget), slot_strategy_name(st));
+      const AccuracyRow row = measure_accuracy(model, inputs, blocks, spec, 0, false);
+      strategies.push_back({{"strategy", slot_strategy_name(st)},
+                            {"spec", spec},
+                            {"kl_mean", row.dist.kl_mean},
+                            {"fragmentation_by_step", row.fragmentation_by_step}});
+    }
+    spvllm = {{"budget", budget}, {"page_bytes", blocks.page_bytes}, {"strategies", strategies}};
+  }
   const nlohmann::json report = {{"format", "kvcheck-report"},
                                  {"version", 1},
                                  {"command", args.command_line},
@@ -188,7 +211,8 @@ int run_report(const ReportArgs& args) {
                                                {"retrieval", retrieval.string()}, {"retrieval_hash", settings.at("retrieval_hash")}}},
                                  {"settings", settings},
                                  {"reference", {{"perplexity", ref_ppl}, {"cached", hit}, {"wall_s", ref_s}, {"prompt_source", inputs.origin}}},
-                                 {"rows", rows}};
+                                 {"rows", rows},
+                                 {"spvllm_strategies", spvllm}};
   write_json_atomically(out_dir / "report.json", report, "--out");
   write_text(out_dir / "report.md", report_markdown(report));
   write_text(out_dir / "report.html", report_html(report));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <map>
 #include <numeric>
 
@@ -39,10 +40,49 @@ double num(const nlohmann::json& j, const char* key) {
   return j.contains(key) && j.at(key).is_number() ? j.at(key).get<double>() : std::nan("");
 }
 
+// A plot's frame: the data range mapped into a W x H picture with margins, grid lines, tick labels
+// and axis titles (y in log10 units when log_y).
+struct Axes {
+  static constexpr double W = 720, H = 420, L = 70, R = 200, T = 20, B = 50;
+  double x0, x1, y0, y1;
+  bool log_y = false;
+
+  double px(double x) const { return L + (x - x0) / (x1 - x0) * (W - L - R); }
+  double py(double y) const { return H - B - (y - y0) / (y1 - y0) * (H - T - B); }
+
+  // The opening <svg> and the frame; x ticks with `x_decimals` decimals (every integer when 0).
+  std::string open(const std::string& x_label, const std::string& y_label, int x_decimals) const {
+    std::string s = fmt::format(R"svg(<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" role="img" font-family="sans-serif" font-size="11">)svg", W, H);
+    s += fmt::format(R"svg(<rect x="{}" y="{}" width="{}" height="{}" fill="#fafafa" stroke="#999"/>)svg", L, T, W - L - R, H - T - B);
+    const int xticks = x_decimals == 0 ? static_cast<int>(std::min(10.0, x1 - x0)) : 5;
+    for (int k = 0; k <= xticks; ++k) {
+      const double x = x0 + (x1 - x0) * k / xticks;
+      s += fmt::format(R"svg(<line x1="{0:.1f}" x2="{0:.1f}" y1="{1}" y2="{2}" stroke="#ddd"/><text x="{0:.1f}" y="{3}" text-anchor="middle">{4:.{5}f}</text>)svg",
+                       px(x), T, H - B, H - B + 15, x, x_decimals);
+    }
+    const int yticks = log_y ? static_cast<int>(y1 - y0) : 5;
+    for (int k = 0; k <= yticks; ++k) {
+      const double y = y0 + (y1 - y0) * k / yticks;
+      const std::string label = log_y ? fmt::format("1e{:.0f}", y) : fmt::format("{:.3g}", y);
+      s += fmt::format(R"svg(<line x1="{0}" x2="{1}" y1="{2:.1f}" y2="{2:.1f}" stroke="#ddd"/><text x="{3}" y="{4:.1f}" text-anchor="end">{5}</text>)svg",
+                       L, W - R, py(y), L - 5, py(y) + 4, label);
+    }
+    s += fmt::format(R"svg(<text x="{}" y="{}" text-anchor="middle">{}</text>)svg", (L + W - R) / 2, H - 12, escape(x_label));
+    s += fmt::format(R"svg(<text transform="translate(16,{}) rotate(-90)" text-anchor="middle">{}</text>)svg", (T + H - B) / 2, escape(y_label));
+    return s;
+  }
+  // A legend entry at `row` (0 first) on the right.
+  std::string legend(int row, const char* color, const std::string& label, bool line) const {
+    const double y = T + 12 + 15 * row;
+    const std::string mark = line ? fmt::format(R"svg(<line x1="{}" x2="{}" y1="{}" y2="{}" stroke="{}" stroke-width="2"/>)svg", W - R + 8, W - R + 22, y - 4, y - 4, color)
+                                  : fmt::format(R"svg(<circle cx="{}" cy="{}" r="4" fill="{}"/>)svg", W - R + 15, y - 4, color);
+    return mark + fmt::format(R"svg(<text x="{}" y="{}">{}</text>)svg", W - R + 26, y, escape(label));
+  }
+};
+
 // A scatter plot of the rows: x = KV bytes vs fp16 (linear), y = metric (log10 when log_y).
 std::string scatter(const nlohmann::json& rows, const char* metric, const std::string& y_label, bool log_y,
                     bool lower_is_better) {
-  constexpr double W = 720, H = 420, L = 70, R = 200, T = 20, B = 50;
   std::vector<double> xs, ys;
   std::vector<std::size_t> idx;
   for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -53,65 +93,132 @@ std::string scatter(const nlohmann::json& rows, const char* metric, const std::s
     idx.push_back(i);
   }
   if (xs.empty()) return "<p>(no rows to plot)</p>";
-  const double x0 = 0.0, x1 = std::max(1.05, *std::max_element(xs.begin(), xs.end()) * 1.05);
-  double y0 = *std::min_element(ys.begin(), ys.end()), y1 = *std::max_element(ys.begin(), ys.end());
+  Axes a{0.0, std::max(1.05, *std::max_element(xs.begin(), xs.end()) * 1.05), *std::min_element(ys.begin(), ys.end()),
+         *std::max_element(ys.begin(), ys.end()), log_y};
   if (log_y) {
-    y0 = std::floor(y0);
-    y1 = std::ceil(y1);
+    a.y0 = std::floor(a.y0);
+    a.y1 = std::ceil(a.y1);
   } else {
-    y0 = 0.0;
-    y1 = std::max(1.0, y1);
+    a.y0 = 0.0;
+    a.y1 = std::max(1.0, a.y1);
   }
-  if (y1 <= y0) y1 = y0 + 1.0;
-  const auto px = [&](double x) { return L + (x - x0) / (x1 - x0) * (W - L - R); };
-  const auto py = [&](double y) { return H - B - (y - y0) / (y1 - y0) * (H - T - B); };
-  std::string s = fmt::format(R"svg(<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" role="img" font-family="sans-serif" font-size="11">)svg", W, H);
-  s += fmt::format(R"svg(<rect x="{}" y="{}" width="{}" height="{}" fill="#fafafa" stroke="#999"/>)svg", L, T, W - L - R, H - T - B);
-  for (int k = 0; k <= 5; ++k) {  // x ticks
-    const double x = x0 + (x1 - x0) * k / 5.0;
-    s += fmt::format(R"svg(<line x1="{0:.1f}" x2="{0:.1f}" y1="{1}" y2="{2}" stroke="#ddd"/><text x="{0:.1f}" y="{3}" text-anchor="middle">{4:.2f}</text>)svg",
-                     px(x), T, H - B, H - B + 15, x);
-  }
-  const int yticks = log_y ? static_cast<int>(y1 - y0) : 5;
-  for (int k = 0; k <= yticks; ++k) {
-    const double y = y0 + (y1 - y0) * k / yticks;
-    const std::string label = log_y ? fmt::format("1e{:.0f}", y) : fmt::format("{:.1f}", y);
-    s += fmt::format(R"svg(<line x1="{0}" x2="{1}" y1="{2:.1f}" y2="{2:.1f}" stroke="#ddd"/><text x="{3}" y="{4:.1f}" text-anchor="end">{5}</text>)svg",
-                     L, W - R, py(y), L - 5, py(y) + 4, label);
-  }
-  s += fmt::format(R"svg(<text x="{}" y="{}" text-anchor="middle">KV bytes relative to full-fp16</text>)svg", (L + W - R) / 2, H - 12);
-  s += fmt::format(R"svg(<text transform="translate(16,{}) rotate(-90)" text-anchor="middle">{}</text>)svg", (T + H - B) / 2, escape(y_label));
+  if (a.y1 <= a.y0) a.y1 = a.y0 + 1.0;
+  std::string s = a.open("KV bytes relative to full-fp16", y_label, 2);
   // The Pareto front first, under the points.
-  std::vector<double> front_y(ys);
-  const std::vector<std::size_t> front = pareto_front(xs, front_y, lower_is_better);
+  const std::vector<std::size_t> front = pareto_front(xs, ys, lower_is_better);
   std::string poly;
-  for (const std::size_t f : front) poly += fmt::format("{:.1f},{:.1f} ", px(xs[f]), py(ys[f]));
+  for (const std::size_t f : front) poly += fmt::format("{:.1f},{:.1f} ", a.px(xs[f]), a.py(ys[f]));
   s += fmt::format(R"svg(<polyline points="{}" fill="none" stroke="#000" stroke-width="1.5" stroke-dasharray="5,3"/>)svg", poly);
   std::map<std::string, bool> families;
   for (std::size_t k = 0; k < xs.size(); ++k) {
     const std::string policy = rows[idx[k]].at("policy").get<std::string>();
     const bool on_front = std::find(front.begin(), front.end(), k) != front.end();
     s += fmt::format(R"svg(<circle cx="{:.1f}" cy="{:.1f}" r="{}" fill="{}" stroke="{}" stroke-width="{}"><title>{}: bytes {:.3f}, {} {:.4g}</title></circle>)svg",
-                     px(xs[k]), py(ys[k]), on_front ? 6 : 4, color_of(family(policy)), on_front ? "#000" : "none",
+                     a.px(xs[k]), a.py(ys[k]), on_front ? 6 : 4, color_of(family(policy)), on_front ? "#000" : "none",
                      on_front ? 1.5 : 0, escape(policy), xs[k], metric, log_y ? std::pow(10.0, ys[k]) : ys[k]);
     families[family(policy)] = true;
   }
-  int row = 0;  // legend
-  for (const auto& [fam, unused] : families) {
-    const double y = T + 12 + 15 * row++;
-    s += fmt::format(R"svg(<circle cx="{}" cy="{}" r="4" fill="{}"/><text x="{}" y="{}">{}</text>)svg", W - R + 15, y - 4,
-                     color_of(fam), W - R + 24, y, escape(fam));
-  }
+  int row = 0;
+  for (const auto& [fam, unused] : families) s += a.legend(row++, color_of(fam), fam, false);
   s += fmt::format(R"svg(<line x1="{0}" x2="{1}" y1="{2}" y2="{2}" stroke="#000" stroke-dasharray="5,3"/><text x="{3}" y="{4}">Pareto front</text>)svg",
-                   W - R + 8, W - R + 22, T + 16 + 15 * row, W - R + 24, T + 20 + 15 * row);
+                   Axes::W - Axes::R + 8, Axes::W - Axes::R + 22, Axes::T + 16 + 15 * row, Axes::W - Axes::R + 26,
+                   Axes::T + 20 + 15 * row);
   s += "</svg>";
   return s;
 }
 
-std::string heat_cell(double acc) {
-  if (!std::isfinite(acc)) return "<td>-</td>";
-  const int g = static_cast<int>(std::lround(80 + 150 * acc)), r = static_cast<int>(std::lround(230 - 150 * acc));
-  return fmt::format(R"svg(<td style="background:rgb({},{},120)">{:.2f}</td>)svg", r, g, acc);
+struct Series {
+  std::string label;
+  std::vector<double> y;  // at x = x_first, x_first + 1, ...
+};
+
+// Lines over integer x (from x_first), y from 0 to at least y_min_top; one color per series.
+std::string line_chart(const std::vector<Series>& series, double x_first, const std::string& x_label,
+                       const std::string& y_label, double y_min_top) {
+  double x_last = x_first + 1, y_top = y_min_top;
+  for (const Series& se : series) {
+    x_last = std::max(x_last, x_first + static_cast<double>(se.y.size()) - 1);
+    for (const double y : se.y) y_top = std::max(y_top, y * 1.05);
+  }
+  const Axes a{x_first, x_last, 0.0, y_top, false};
+  std::string s = a.open(x_label, y_label, 0);
+  for (std::size_t i = 0; i < series.size(); ++i) {
+    std::string poly;
+    for (std::size_t k = 0; k < series[i].y.size(); ++k) {
+      poly += fmt::format("{:.1f},{:.1f} ", a.px(x_first + static_cast<double>(k)), a.py(series[i].y[k]));
+    }
+    const char* color = color_of(series[i].label);
+    s += fmt::format(R"svg(<polyline points="{}" fill="none" stroke="{}" stroke-width="2"><title>{}</title></polyline>)svg",
+                     poly, color, escape(series[i].label));
+    s += a.legend(static_cast<int>(i), color, series[i].label, true);
+  }
+  s += "</svg>";
+  return s;
+}
+
+// Tokens held per kv head in each layer, for XKV and PyramidKV rows and any other row whose layers
+// differ.
+std::string layer_budgets(const nlohmann::json& rows) {
+  std::vector<Series> series;
+  for (const nlohmann::json& r : rows) {
+    if (!r.contains("tokens_per_layer")) continue;
+    const std::vector<double> t = r.at("tokens_per_layer").get<std::vector<double>>();
+    const std::string policy = r.at("policy").get<std::string>();
+    const bool uneven = !t.empty() && *std::max_element(t.begin(), t.end()) - *std::min_element(t.begin(), t.end()) > 0.5;
+    if (family(policy) != "xkv" && family(policy) != "pyramidkv" && !uneven) continue;
+    // The legend is narrow: family and budget (the whole spec is in the tables).
+    const std::string label = r.contains("budget") && r.at("budget").is_number()
+                                  ? fmt::format("{} budget {}", family(policy), r.at("budget").get<std::int64_t>())
+                                  : policy;
+    series.push_back({label, t});
+  }
+  if (series.empty()) return "<p>(no XKV, PyramidKV or other per-layer rows)</p>";
+  return line_chart(series, 0.0, "layer", "tokens held per kv head (last step)", 1.0);
+}
+
+std::string heat_cell(double value, double top) {
+  if (!std::isfinite(value)) return "<td>-</td>";
+  const double v = top > 0 ? std::clamp(value / top, 0.0, 1.0) : 0.0;
+  const int g = static_cast<int>(std::lround(80 + 150 * v)), r = static_cast<int>(std::lround(230 - 150 * v));
+  return fmt::format(R"svg(<td style="background:rgb({},{},120)">{:.3f}</td>)svg", r, g, value);
+}
+
+// LeanKV rows: each (layer, kv head)'s bytes at the last step relative to full-fp16, as a heat map.
+std::string head_memory(const nlohmann::json& rows) {
+  std::string s;
+  for (const nlohmann::json& r : rows) {
+    const std::string policy = r.at("policy").get<std::string>();
+    if (family(policy) != "leankv" || !r.contains("bytes_vs_fp16_per_head")) continue;
+    const auto heads = r.at("bytes_vs_fp16_per_head").get<std::vector<std::vector<double>>>();
+    double top = 0.0;
+    for (const auto& layer : heads) {
+      for (const double b : layer) top = std::max(top, b);
+    }
+    s += fmt::format("<h3><code>{}</code></h3><table><tr><th>layer \\ kv head</th>", escape(policy));
+    for (std::size_t k = 0; !heads.empty() && k < heads[0].size(); ++k) s += fmt::format("<th>{}</th>", k);
+    s += "</tr>";
+    for (std::size_t l = 0; l < heads.size(); ++l) {
+      s += fmt::format("<tr><td>{}</td>", l);
+      for (const double b : heads[l]) s += heat_cell(b, top);
+      s += "</tr>";
+    }
+    s += "</table>";
+  }
+  return s.empty() ? "<p>(no LeanKV rows)</p>" : s;
+}
+
+// SpvLLM's slot strategies: the pool's internal fragmentation at each decode step.
+std::string spvllm_fragmentation(const nlohmann::json& report) {
+  if (!report.contains("spvllm_strategies") || report.at("spvllm_strategies").is_null()) return "<p>(spvllm not run)</p>";
+  const nlohmann::json& sp = report.at("spvllm_strategies");
+  std::vector<Series> series;
+  for (const nlohmann::json& st : sp.at("strategies")) {
+    series.push_back({st.at("strategy").get<std::string>(), st.at("fragmentation_by_step").get<std::vector<double>>()});
+  }
+  return fmt::format("<p class=\"note\">Budget {} tokens per head, H2O's decisions (the same accuracy for every strategy); "
+                     "1 − live slots / allocated slots as each step's attention reads the pages, mean over the prompts.</p>",
+                     sp.at("budget").get<std::int64_t>()) +
+         line_chart(series, 1.0, "decode step", "internal fragmentation", 0.1);
 }
 
 }  // namespace
@@ -184,11 +291,17 @@ h2{margin-top:28px}.note{color:#555;font-size:13px}</style></head><body>)svg";
     s += fmt::format("<tr><td>{}</td><td>{:.3f}</td>", escape(r.at("policy").get<std::string>()), num(r, "kv_bytes_vs_fp16"));
     for (const std::string& l : lengths) {
       const nlohmann::json& by = r.at("retrieval_accuracy_by_length");
-      s += heat_cell(by.contains(l) ? by.at(l).get<double>() : std::nan(""));
+      s += heat_cell(by.contains(l) ? by.at(l).get<double>() : std::nan(""), 1.0);
     }
     s += "</tr>";
   }
-  s += "</table><h2>Summary</h2><table><tr><th>policy</th><th>bytes</th><th>KL mean</th><th>± s.e.</th><th>KL p99.9</th><th>p99</th><th>p95</th><th>p90</th><th>p50</th><th>max</th><th>top-1</th><th>RMS Δp</th><th>ppl ratio</th><th>retrieval</th><th>oracle checks</th><th>violations</th><th>wall s</th></tr>";
+  s += "</table><h2>Per-layer budgets (XKV, PyramidKV)</h2><p class=\"note\">Tokens each layer's kv heads hold at the last decode step, mean over the held-out prompts.</p>";
+  s += layer_budgets(rows);
+  s += "<h2>Per-head memory (LeanKV)</h2><p class=\"note\">Each kv head's bytes at the last decode step relative to full-fp16 holding the whole context (darker green: more bytes).</p>";
+  s += head_memory(rows);
+  s += "<h2>Fragmentation over time (SpvLLM's slot strategies)</h2>";
+  s += spvllm_fragmentation(report);
+  s += "<h2>Summary</h2><table><tr><th>policy</th><th>bytes</th><th>KL mean</th><th>± s.e.</th><th>KL p99.9</th><th>p99</th><th>p95</th><th>p90</th><th>p50</th><th>max</th><th>top-1</th><th>RMS Δp</th><th>ppl ratio</th><th>retrieval</th><th>oracle checks</th><th>violations</th><th>wall s</th></tr>";
   for (const nlohmann::json& r : rows) {
     s += fmt::format("<tr><td>{}</td><td>{:.3f}</td><td>{:.2e}</td><td>{:.1e}</td><td>{:.2e}</td><td>{:.2e}</td><td>{:.2e}</td><td>{:.2e}</td><td>{:.2e}</td><td>{:.2e}</td><td>{:.4f}</td><td>{:.4f}</td><td>{:.4f}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1f}</td></tr>",
                      escape(r.at("policy").get<std::string>()), num(r, "kv_bytes_vs_fp16"), num(r, "kl_mean"), num(r, "kl_stderr"),

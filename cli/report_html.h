@@ -1,7 +1,9 @@
 // kvcheck report's human-readable outputs, from report.json's object: report.md (summary tables)
-// and report.html (one self-contained file, no network: inline SVG plots of KV bytes against KL
-// and against retrieval accuracy per policy with the Pareto front marked, as MiniKV's Figure 5
-// and LeanKV's Figure 10, and retrieval accuracy by context length as a heat table).
+// and report.html (one self-contained file, no network), with inline SVG plots of KV bytes
+// against KL and against retrieval accuracy per policy with the Pareto front marked (as MiniKV's
+// Figure 5 and LeanKV's Figure 10), the per-layer budgets of XKV and PyramidKV, SpvLLM's
+// fragmentation over the decode steps per slot strategy, and heat tables of retrieval accuracy
+// by context length and of LeanKV's bytes per (layer, kv head).
 #pragma once
 
 #include <string>

@@ -3,7 +3,9 @@
 // says; the reference comes from the cache on a rerun; bad input exits 2 naming it.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -21,6 +23,74 @@ using testing::shell_quote;
 
 std::string committed_baseline() {
   return shell_quote(testing::source_path("datasets/baselines/report-quick-kvcheck-tiny.json"));
+}
+
+// The quick settings: 2 windows of 64 + 32 tokens on the embedded model (4 layers, 2 kv heads).
+constexpr std::int64_t kQuickContext = 96, kQuickSteps = 32;
+
+// A row's memory fields: tokens per layer as its policy holds them, per-head bytes whose mean is
+// the row's bytes, fragmentation at every decode step in [0, 1].
+void expect_memory_fields_agree(const json& row) {
+  const std::string policy = row.at("policy").get<std::string>();
+  const auto layers = row.at("tokens_per_layer").get<std::vector<double>>();
+  const auto heads = row.at("bytes_vs_fp16_per_head").get<std::vector<std::vector<double>>>();
+  const auto frag = row.at("fragmentation_by_step").get<std::vector<double>>();
+  ASSERT_EQ(layers.size(), 4u) << policy;
+  ASSERT_EQ(heads.size(), 4u) << policy;
+  double sum = 0.0;
+  for (const auto& l : heads) {
+    ASSERT_EQ(l.size(), 2u) << policy;
+    for (const double b : l) sum += b;
+  }
+  EXPECT_NEAR(sum / 8.0, row.at("kv_bytes_vs_fp16").get<double>(), 1e-9) << policy;
+  ASSERT_EQ(frag.size(), static_cast<std::size_t>(kQuickSteps)) << policy;
+  for (const double f : frag) {
+    EXPECT_GE(f, 0.0) << policy;
+    EXPECT_LT(f, 1.0) << policy;
+  }
+  if (policy == "full-fp16") {
+    for (const double t : layers) EXPECT_EQ(t, kQuickContext);
+  }
+  if (policy.starts_with("h2o:budget=") || policy.starts_with("streaming:budget=")) {
+    const double budget = row.at("budget").get<double>();
+    for (const double t : layers) EXPECT_EQ(t, budget) << policy;
+  }
+  if (policy.starts_with("pyramidkv:budget=32")) {  // fewer tokens in every later layer
+    for (std::size_t l = 1; l < layers.size(); ++l) EXPECT_LT(layers[l], layers[l - 1]) << policy << " layer " << l;
+  }
+}
+
+// SpvLLM's four strategies make H2O's decisions; only their pages differ: no-op never frees one
+// (its fragmentation never falls and is the largest), free-block frees emptied pages, sparse-copy
+// packs the live tokens (never more fragmented than free-block), slot-reuse fills the holes.
+void expect_spvllm_strategies_differ_in_pages_only(const json& report) {
+  const json& sp = report.at("spvllm_strategies");
+  ASSERT_TRUE(sp.is_object());
+  EXPECT_EQ(sp.at("budget"), 64);
+  std::map<std::string, std::vector<double>> frag;
+  std::vector<double> kl;
+  for (const json& st : sp.at("strategies")) {
+    frag[st.at("strategy").get<std::string>()] = st.at("fragmentation_by_step").get<std::vector<double>>();
+    kl.push_back(st.at("kl_mean").get<double>());
+  }
+  ASSERT_EQ(frag.size(), 4u);
+  for (const double k : kl) EXPECT_NEAR(k, kl[0], 1e-3 * kl[0]);
+  const std::vector<double>& no_op = frag.at("no-op");
+  ASSERT_EQ(no_op.size(), static_cast<std::size_t>(kQuickSteps));
+  for (std::size_t t = 0; t < no_op.size(); ++t) {
+    if (t > 0) {
+      EXPECT_GE(no_op[t], no_op[t - 1]) << "step " << t;
+    }
+    EXPECT_LE(frag.at("free-block")[t], no_op[t]) << "step " << t;
+    EXPECT_LE(frag.at("sparse-copy")[t], frag.at("free-block")[t]) << "step " << t;
+    // The 64-token prompt fills 4 pages of 16 exactly; each new token takes its victim's slot
+    // (slot-reuse) or the live tokens are packed again (sparse-copy).
+    EXPECT_EQ(frag.at("slot-reuse")[t], 0.0) << "step " << t;
+    EXPECT_EQ(frag.at("sparse-copy")[t], 0.0) << "step " << t;
+  }
+  // No-op appends after the last live slot: a fifth page at the first step, a sixth at the 17th.
+  EXPECT_NEAR(no_op.front(), 1.0 - 64.0 / 80.0, 1e-12);
+  EXPECT_NEAR(no_op.back(), 1.0 - 64.0 / 96.0, 1e-12);
 }
 
 TEST(ReportCli, QuickReportMatchesTheCommittedBaseline) {
@@ -44,13 +114,22 @@ TEST(ReportCli, QuickReportMatchesTheCommittedBaseline) {
     EXPECT_EQ(row.at("oracle_violations"), 0) << row.at("policy");
     EXPECT_LE(row.at("kl_p50").get<double>(), row.at("kl_p99").get<double>());
     EXPECT_LE(row.at("kl_p99").get<double>(), row.at("kl_max").get<double>());
+    expect_memory_fields_agree(row);
   }
+  expect_spvllm_strategies_differ_in_pages_only(j);
   const std::string html = testing::read_file(dir / "r" / "report.html");
   for (const char* fetch : {"src=", "href=", "<link", "<script", "url("}) {
     EXPECT_EQ(html.find(fetch), std::string::npos) << "self-contained: nothing fetched (" << fetch << ")";
   }
-  EXPECT_NE(html.find("<svg"), html.rfind("<svg")) << "two plots";
+  std::size_t plots = 0;
+  for (std::size_t at = html.find("<svg"); at != std::string::npos; at = html.find("<svg", at + 1)) ++plots;
+  EXPECT_EQ(plots, 4u) << "bytes vs KL, bytes vs retrieval, per-layer budgets, fragmentation over time";
   EXPECT_NE(html.find("Pareto front"), std::string::npos);
+  for (const char* section : {"Per-layer budgets (XKV, PyramidKV)", "<title>pyramidkv budget 32</title>", "<title>xkv budget 64</title>",
+                              "Per-head memory (LeanKV)", "<h3><code>leankv:", "Fragmentation over time", "<title>no-op</title>",
+                              "<title>slot-reuse</title>"}) {
+    EXPECT_NE(html.find(section), std::string::npos) << section;
+  }
   EXPECT_NE(testing::read_file(dir / "r" / "report.md").find("| `leankv:"), std::string::npos);
 }
 
