@@ -104,7 +104,9 @@ void Scheduler::finish(Running& r, const std::string& reason) {
 void Scheduler::fail(Running& r, const std::string& error) {
   cache_.release(r.request.id);
   r.result.stop_reason = "error";
-  r.result.error = fmt::format("request {}: {}", r.request.id, error);
+  // Errors from the engine (RequestInputError, InputError) already name the request.
+  const std::string name = fmt::format("request {}: ", r.request.id);
+  r.result.error = error.starts_with(name) ? error : name + error;
   r.result.finished_step = step_;
   log(r.result.error);
   results_[r.request.id] = r.result;

@@ -33,6 +33,7 @@ TEST(FuzzCorpora, SafetensorsInputsRun) { replay("safetensors", fuzz::safetensor
 TEST(FuzzCorpora, ConfigInputsRun) { replay("config", fuzz::config); }
 TEST(FuzzCorpora, TokenizerInputsRun) { replay("tokenizer", fuzz::tokenizer); }
 TEST(FuzzCorpora, PageManagerCommandStreamsRun) { replay("page_manager", fuzz::page_manager); }
+TEST(FuzzCorpora, SchedulerCommandStreamsRun) { replay("scheduler", fuzz::scheduler); }
 TEST(FuzzCorpora, WorkloadJsonlInputsRun) { replay("workload_jsonl", fuzz::workload_jsonl); }
 TEST(FuzzCorpora, ReportBaselineInputsRun) { replay("report_baseline", fuzz::report_baseline); }
 

@@ -23,6 +23,10 @@ int tokenizer(const std::uint8_t* data, std::size_t size);
 // demotions, flushes and every slot strategy, compaction, finish, preempt) on a pool the first
 // bytes shape; the invariants checked after every command (page_manager_fuzz.cpp).
 int page_manager(const std::uint8_t* data, std::size_t size);
+// A command stream for the scheduler (submissions good and bad, steps, cancellations) on a
+// one-layer dummy model and a small pool the first bytes shape; invariants after every command,
+// and at the end one result per request with the tokens of its solo run (scheduler_fuzz.cpp).
+int scheduler(const std::uint8_t* data, std::size_t size);
 // A workload JSONL file of the serving benchmark (parse_serving_workload at the embedded model's
 // context and vocabulary); every request it accepts must keep the loader's promises (lengths that
 // fit the context, ids in the vocabulary, a prefix within the prompt, a finite arrival >= 0).

@@ -12,25 +12,12 @@
 
 #include "optimized/pool_exhausted.h"
 #include "optimized/unified_page_manager.h"
+#include "properties/fuzz/fuzz_bytes.h"
 #include "properties/fuzz/fuzz_targets.h"
 #include "reference/errors.h"
 
 namespace kvcheck::fuzz {
 namespace {
-
-// Bytes in, small numbers out; zeros once the input is used up.
-class Bytes {
- public:
-  Bytes(const std::uint8_t* data, std::size_t size) : data_(data), size_(size) {}
-  bool empty() const { return at_ >= size_; }
-  unsigned next() { return at_ < size_ ? data_[at_++] : 0U; }
-  std::int64_t below(std::int64_t n) { return n <= 0 ? 0 : static_cast<std::int64_t>(next()) % n; }
-
- private:
-  const std::uint8_t* data_;
-  std::size_t size_;
-  std::size_t at_ = 0;
-};
 
 [[noreturn]] void broken(const char* what) {
   std::fprintf(stderr, "page manager invariant broken: %s\n", what);
