@@ -75,6 +75,13 @@ void Scheduler::submit(GenerationRequest request) {
     error = "empty prompt";
   } else if (prompt > c.max_position_embeddings) {
     error = fmt::format("prompt of {} tokens exceeds max_position_embeddings {}", prompt, c.max_position_embeddings);
+  } else if (const auto bad = std::find_if(r.request.prompt.begin(), r.request.prompt.end(),
+                                          [&](std::int32_t t) { return t < 0 || t >= c.vocab_size; });
+             bad != r.request.prompt.end()) {
+    // Checked here, not only at prefill: a request that never runs a forward (max_new_tokens 0,
+    // or cancelled while queued) must not end well with tokens the model does not have.
+    error = fmt::format("token {} at position {} is outside the vocabulary [0, {})", *bad,
+                        bad - r.request.prompt.begin(), c.vocab_size);
   } else if (cache_.pages_for(prompt) > cache_.pool_pages()) {
     error = fmt::format("prompt of {} tokens needs {} pages, the pool has {}", prompt, cache_.pages_for(prompt),
                         cache_.pool_pages());

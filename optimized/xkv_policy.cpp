@@ -49,7 +49,11 @@ std::vector<std::int64_t> xkv_allocate(const std::vector<std::vector<double>>& s
       if (n[l] >= static_cast<std::int64_t>(w[l].size())) continue;
       if (!best || w[l][static_cast<std::size_t>(n[l])] > w[*best][static_cast<std::size_t>(n[*best])]) best = l;
     }
-    r_total += w[*best][static_cast<std::size_t>(n[*best])];
+    const double gain = w[*best][static_cast<std::size_t>(n[*best])];
+    // Retention mode: tokens of zero weight retain nothing, so they are never handed out to reach
+    // a target that rounding of r_total left one ulp short (target 1.0 would keep every token).
+    if (total < 0 && gain <= 0.0) break;
+    r_total += gain;
     ++n[*best];
   }
   return n;

@@ -204,6 +204,10 @@ TEST(SchedulerFaults, BadRequestsAreAnsweredAtSubmission) {
   s.submit(request(2, test_tokens(c.max_position_embeddings + 1, c.vocab_size, 2), 4));
   s.submit(request(3, {1, static_cast<std::int32_t>(c.vocab_size) + 5, 2}, 4));
   s.submit(request(4, test_tokens(5, c.vocab_size, 4), 4));
+  // Never runs a forward (no token asked), and is still refused for its unknown token at once:
+  // already answered, so there is nothing to cancel (the scheduler fuzzer found it ending well).
+  s.submit(request(6, {static_cast<std::int32_t>(c.vocab_size)}, 0));
+  EXPECT_FALSE(s.cancel(6));
   try {
     s.submit(request(4, test_tokens(5, c.vocab_size, 5), 4));
     FAIL() << "a duplicate id was accepted";
@@ -211,7 +215,7 @@ TEST(SchedulerFaults, BadRequestsAreAnsweredAtSubmission) {
     EXPECT_NE(std::string(err.what()).find("request 4: id submitted twice"), std::string::npos) << err.what();
   }
   const std::vector<GenerationResult> results = s.run();
-  ASSERT_EQ(results.size(), 4u) << "one result per accepted id";
+  ASSERT_EQ(results.size(), 5u) << "one result per accepted id";
   EXPECT_NE(results[0].error.find("request 1: empty prompt"), std::string::npos) << results[0].error;
   EXPECT_NE(results[1].error.find("exceeds max_position_embeddings"), std::string::npos) << results[1].error;
   EXPECT_EQ(results[2].stop_reason, "error");
@@ -221,6 +225,8 @@ TEST(SchedulerFaults, BadRequestsAreAnsweredAtSubmission) {
   EXPECT_EQ(results[3].stop_reason, "max_new_tokens");
   EXPECT_EQ(results[3].tokens, solo(model, "int8", test_tokens(5, c.vocab_size, 4), 4))
       << "the duplicate changed nothing";
+  EXPECT_EQ(results[4].error, fmt::format("request 6: token {} at position 0 is outside the vocabulary [0, {})",
+                                         c.vocab_size, c.vocab_size));
   EXPECT_EQ(e->cache->free_pages(), e->cache->pool_pages());
 }
 
