@@ -161,8 +161,14 @@ void Scheduler::admit() {
   while (!waiting_.empty() && static_cast<std::int64_t>(running_.size()) < config_.max_batch) {
     Running& r = waiting_.front();
     if (r.request.arrival_step > step_) break;
-    // The pages of its context plus the next token must fit under the watermark; with nothing
-    // running, anything that fits the pool is let in (otherwise it could never run).
+    // max_new_tokens 0, or a prompt filling the context: done before any forward, and before
+    // any page is asked for.
+    if (const char* reason = r.result.tokens.empty() ? stop_reason(r) : nullptr) {
+      Running nothing = std::move(r);
+      waiting_.pop_front();
+      finish(nothing, reason);
+      continue;
+    }
     if (config_.reserve_tokens > 0) {
       // Contiguous allocation: the whole reservation is taken at admission, growth never asks.
       const std::int64_t reservation = cache_.pages_for(config_.reserve_tokens);
@@ -172,19 +178,17 @@ void Scheduler::admit() {
         break;
       }
     }
+    // The pages of its context plus the next token must fit under the watermark beside the
+    // running requests. With nothing running it is let in whatever it needs: start() fails it if
+    // its context cannot be placed even alone, and decode if it cannot grow even alone (waiting
+    // would be forever: the ci/fuzz.sh scheduler target found a request whose prompt filled the
+    // pool exactly, so that its next token never fit, waiting through 78 million steps).
     const std::int64_t need = cache_.pages_for(context(r) + 1);
     const std::int64_t used = pool - cache_.free_pages();
-    if (config_.reserve_tokens == 0 && used + need > limit && !(running_.empty() && need <= pool)) {
+    if (config_.reserve_tokens == 0 && used + need > limit && !running_.empty()) {
       log(fmt::format("request {} waits: needs {} pages, {} used of {} (watermark {} pages)", r.request.id, need,
                       used, pool, limit));
       break;
-    }
-    // max_new_tokens 0, or a prompt filling the context: done before any forward.
-    if (const char* reason = r.result.tokens.empty() ? stop_reason(r) : nullptr) {
-      Running nothing = std::move(r);
-      waiting_.pop_front();
-      finish(nothing, reason);
-      continue;
     }
     try {
       start(r);

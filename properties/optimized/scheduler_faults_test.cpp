@@ -9,6 +9,8 @@
 //                                instead; nothing is lost and tokens equal solo runs.
 //   BadRequestsAreAnsweredAtSubmission  empty prompts, prompts longer than the context, unknown
 //                                token ids, duplicate ids.
+//   RequestFillingThePoolRunsAloneOrFailsNeverWaits  a prompt whose next token never fits the
+//                                pool runs alone, finishing or failing, and never waits forever.
 // Pool exhaustion under a heavy workload is EngineProps.PreemptionPreservesEveryRequest.
 #include <gtest/gtest.h>
 
@@ -153,6 +155,41 @@ TEST(SchedulerFaults, NanInOneRequestFailsOnlyIt) {
     EXPECT_EQ(results[static_cast<std::size_t>(i)].tokens, alone[static_cast<std::size_t>(i)]) << "request " << i;
   }
   EXPECT_EQ(s.stats().request_faults, 1);
+  EXPECT_EQ(e->cache->free_pages(), e->cache->pool_pages());
+}
+
+// A prompt that fills the pool exactly, so that its next token never fits: admitted alone, it
+// finishes when it needs no more room, and otherwise fails naming why; it never waits forever
+// (the scheduler fuzz target found it waiting through 78 million steps), nor does a request
+// asking for no token wait for pages it will not use.
+TEST(SchedulerFaults, RequestFillingThePoolRunsAloneOrFailsNeverWaits) {
+  const ModelConfig c = tiny_config();
+  const ReferenceModel model = tiny_model(c, 23);
+  std::int64_t tokens = 1;  // the longest prompt whose pages are all full
+  {
+    auto probe = engine_with(model, "int8", 0);
+    while (probe->cache->pages_for(tokens + 1) == probe->cache->pages_for(tokens)) ++tokens;
+  }
+  auto e = engine_with(model, "int8", 0);
+  const std::int64_t pool = e->cache->pages_for(tokens);
+  e = engine_with(model, "int8", pool);
+  ASSERT_GT(e->cache->pages_for(tokens + 1), e->cache->pool_pages());
+  const std::vector<std::int32_t> prompt = test_tokens(tokens, c.vocab_size, 3);
+  Scheduler s(*e->runner, SchedulerConfig{});
+  s.submit(request(1, prompt, 1));  // its one token comes from the prefill: no page more
+  s.submit(request(2, prompt, 3));  // its second token needs a slot the pool does not have
+  s.submit(request(3, prompt, 0));
+  std::int64_t steps = 0;
+  while (s.step()) ASSERT_LT(++steps, 100) << "a request waits forever";
+  const std::vector<GenerationResult> results = s.run();
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_EQ(results[0].stop_reason, "max_new_tokens") << results[0].error;
+  EXPECT_EQ(results[0].tokens, solo(model, "int8", prompt, 1));
+  EXPECT_EQ(results[1].stop_reason, "error");
+  EXPECT_NE(results[1].error.find("request 2: cannot grow even alone"), std::string::npos) << results[1].error;
+  EXPECT_EQ(results[1].tokens, solo(model, "int8", prompt, 1)) << "the token it had is kept";
+  EXPECT_EQ(results[2].stop_reason, "max_new_tokens") << results[2].error;
+  EXPECT_TRUE(results[2].tokens.empty());
   EXPECT_EQ(e->cache->free_pages(), e->cache->pool_pages());
 }
 
