@@ -106,7 +106,7 @@ for t in "${fuzzers[@]}"; do
   for a in "$out/$t"/shard*/artifacts/*; do
     [ -e "$a" ] || continue
     min="$a.min"
-    "$build_dir/bin/kvcheck_fuzz_$t" -minimize_crash=1 -runs=20000 -max_total_time=120 -exact_artifact_path="$min" "$a" >/dev/null 2>&1 || true
+    "$build_dir/bin/kvcheck_fuzz_$t" -minimize_crash=1 -runs=20000 -max_total_time=120 -timeout=10 -exact_artifact_path="$min" "$a" >/dev/null 2>&1 || true
     [ -s "$min" ] || cp "$a" "$min"
     cp "$min" "datasets/fuzz/$t/regression-$(sha1sum "$min" | cut -c1-12)"
   done
