@@ -100,6 +100,10 @@ int run_generate(const GenerateArgs& args) {
     }
   }
 
+  // A policy asked of the reference engine would be silently ignored: it keeps every token exactly.
+  if (args.engine != "optimized" && args.policy != "full-fp32") {
+    throw input_error("--policy", args.policy, "applies to --engine optimized; the reference engine keeps the exact cache");
+  }
   GenerateResult result;
   if (args.engine == "optimized") {
     if (args.decode_path != "cache") throw input_error("--decode-path", "value", "only the reference has a recompute path");

@@ -196,7 +196,11 @@ INSTANTIATE_TEST_SUITE_P(
                      {"prompt", "65 tokens", "max_position_embeddings 64", "config.json"}},
         BadInputCase{"ModelDirectoryMissing",
                      [](const auto& m) { std::filesystem::remove_all(m); }, kIds, {"config.json"}},
-        BadInputCase{"UnknownFlag", nullptr, "--frobnicate 3", {"frobnicate"}}),
+        BadInputCase{"UnknownFlag", nullptr, "--frobnicate 3", {"frobnicate"}},
+        BadInputCase{"PolicyWithTheReferenceEngine", nullptr, "--ids 1,5 --policy int8",
+                     {"--policy", "int8", "--engine optimized"}},
+        BadInputCase{"PolicyWithAnUnknownParameter", nullptr, "--ids 1,5 --engine optimized --policy streaming:budget=12",
+                     {"streaming", "unknown parameter 'budget'"}}),
     bad_input_name);
 
 TEST(Cli, MakeModelRejectsBadShapesWithCode2) {
