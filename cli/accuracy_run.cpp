@@ -1,5 +1,6 @@
 #include "cli/accuracy_run.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -35,7 +36,7 @@ AccuracyInputs prepare_accuracy_inputs(const ReferenceModel& model, const std::f
   return in;
 }
 
-TextReference compute_text_reference(const ReferenceModel& model, const AccuracyInputs& inputs) {
+TextReference compute_text_reference(const ReferenceModel& model, const AccuracyInputs& inputs, bool attention) {
   const auto V = static_cast<std::size_t>(model.config().vocab_size);
   const std::int64_t P = inputs.prompt_tokens;
   TextReference ref;
@@ -49,6 +50,12 @@ TextReference compute_text_reference(const ReferenceModel& model, const Accuracy
       ++ref.predicted;
     }
     ref.rows.push_back(std::move(rows));
+  }
+  if (attention && !inputs.prompts.empty()) {
+    std::vector<std::vector<std::int32_t>> tokens;
+    for (const Prompt& p : inputs.prompts) tokens.push_back(p.tokens);
+    const auto continuation = static_cast<std::int64_t>(tokens.front().size()) - P;
+    ref.attention = attention_structure(model, tokens, std::max<std::int64_t>(1, continuation));
   }
   return ref;
 }

@@ -22,17 +22,20 @@
 #include "cli/commands.h"
 #include "cli/verify_prompts.h"
 #include "oracles/accuracy_metrics.h"
+#include "oracles/attention_structure.h"
 #include "oracles/eval_data.h"
 #include "reference/model.h"
 
 namespace kvcheck::cli {
 
 // The reference's logits at every decode position of every prompt (row prompt_tokens - 1 onward)
-// and its negative log-likelihood of the continuations.
+// and its negative log-likelihood of the continuations; optionally its attention structure
+// (oracles/attention_structure.h) over the queries of the continuation tokens.
 struct TextReference {
   std::vector<std::vector<float>> rows;  // per prompt: [decode positions][vocab]
   double nll = 0.0;
   std::int64_t predicted = 0;
+  std::vector<HeadAttentionStats> attention;  // per (layer, kv head), layer major; empty unless asked
 };
 
 struct RetrievalCase {
@@ -52,7 +55,9 @@ struct AccuracyInputs {
 // and args.sweep_retrieval retrieval items; the reference is left empty (compute_text_reference).
 AccuracyInputs prepare_accuracy_inputs(const ReferenceModel& model, const std::filesystem::path& dir,
                                        const VerifyArgs& args);
-TextReference compute_text_reference(const ReferenceModel& model, const AccuracyInputs& inputs);
+// With `attention`, also the attention structure of the queries at positions prompt_tokens ..
+// end of every prompt (the continuation the engine decodes).
+TextReference compute_text_reference(const ReferenceModel& model, const AccuracyInputs& inputs, bool attention = false);
 
 struct AccuracyRow {
   std::string name;  // the policy's name, every parameter spelled out

@@ -51,16 +51,6 @@ json count_map(const std::map<Key, AccuracyCounter>& groups) {
   return j;
 }
 
-json head_json(const HeadAttentionStats& h) {
-  return {{"layer", h.layer},
-          {"kv_head", h.kv_head},
-          {"samples", h.samples},
-          {"first_token_mass", h.first_token_mass},
-          {"top10_share", h.top10_share},
-          {"tokens_for_95", h.tokens_for_95},
-          {"frac_for_95", h.frac_for_95}};
-}
-
 json head_refs(const std::vector<const HeadAttentionStats*>& heads) {
   json j = json::array();
   for (const HeadAttentionStats* h : heads) j.push_back({{"layer", h->layer}, {"kv_head", h->kv_head}});
@@ -105,6 +95,16 @@ std::string format_eval(const EvalOutcome& o) {
     s += fmt::format("  heads with first_token_mass > {}: {}\n", kSinkFirstTokenMass, head_list(heads_where(a, sink)));
   }
   return s;
+}
+
+json head_attention_json(const HeadAttentionStats& h) {
+  return {{"layer", h.layer},
+          {"kv_head", h.kv_head},
+          {"samples", h.samples},
+          {"first_token_mass", h.first_token_mass},
+          {"top10_share", h.top10_share},
+          {"tokens_for_95", h.tokens_for_95},
+          {"frac_for_95", h.frac_for_95}};
 }
 
 json eval_json(const EvalOutcome& o) {
@@ -162,7 +162,7 @@ json eval_json(const EvalOutcome& o) {
   if (o.attention) {
     const AttentionOutcome& a = *o.attention;
     json heads = json::array();
-    for (const HeadAttentionStats& h : a.heads) heads.push_back(head_json(h));
+    for (const HeadAttentionStats& h : a.heads) heads.push_back(head_attention_json(h));
     j["attention"] = {{"file", a.file},
                       {"length_bucket", a.length_bucket},
                       {"prompts", a.prompts},

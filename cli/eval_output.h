@@ -40,6 +40,8 @@ struct EvalOutcome {
 
 // The human-readable summary (stdout).
 std::string format_eval(const EvalOutcome& outcome);
+// One head's attention statistics: layer, kv_head, samples and the four means (eval and report).
+nlohmann::json head_attention_json(const HeadAttentionStats& h);
 // The JSON document (eval_command.cpp and README describe its keys).
 nlohmann::json eval_json(const EvalOutcome& outcome);
 

@@ -15,6 +15,7 @@
 #include "cli/accuracy_run.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
+#include "cli/eval_output.h"
 #include "cli/json_file.h"
 #include "cli/progress.h"
 #include "cli/report_baseline.h"
@@ -151,10 +152,13 @@ int run_report(const ReportArgs& args) {
   std::filesystem::create_directories(out_dir);
   const std::filesystem::path cache_dir = args.cache.empty() ? out_dir / "reference-cache" : std::filesystem::path(args.cache);
   const std::string key = file_hash_of_string(settings.dump());
-  std::optional<TextReference> cached = load_cached_reference(cache_dir, key, inputs, model.config().vocab_size);
+  std::optional<TextReference> cached = load_cached_reference(cache_dir, key, inputs, model.config());
   const bool hit = cached.has_value();
-  inputs.reference = hit ? std::move(*cached) : compute_text_reference(model, inputs);
-  if (!hit) store_cached_reference(cache_dir, key, inputs.reference);
+  inputs.reference = hit ? std::move(*cached) : compute_text_reference(model, inputs, true);
+  if (!hit && !store_cached_reference(cache_dir, key, inputs.reference)) {
+    fmt::print(stderr, "kvcheck report: warning: the reference cache {} could not be written; the next run computes it again\n",
+               cache_dir.string());
+  }
   const double ref_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double ref_ppl = perplexity(inputs.reference.nll, inputs.reference.predicted);
   if (!args.quiet) {
@@ -202,6 +206,10 @@ int run_report(const ReportArgs& args) {
     }
     spvllm = {{"budget", budget}, {"page_bytes", blocks.page_bytes}, {"strategies", strategies}};
   }
+  // The reference's attention over the continuation: where there is something to evict or store
+  // in fewer bits (oracles/attention_structure.h).
+  nlohmann::json attention = nlohmann::json::array();
+  for (const HeadAttentionStats& h : inputs.reference.attention) attention.push_back(head_attention_json(h));
   const nlohmann::json report = {{"format", "kvcheck-report"},
                                  {"version", 1},
                                  {"command", args.command_line},
@@ -210,7 +218,8 @@ int run_report(const ReportArgs& args) {
                                  {"datasets", {{"heldout", heldout.string()}, {"heldout_hash", settings.at("heldout_hash")},
                                                {"retrieval", retrieval.string()}, {"retrieval_hash", settings.at("retrieval_hash")}}},
                                  {"settings", settings},
-                                 {"reference", {{"perplexity", ref_ppl}, {"cached", hit}, {"wall_s", ref_s}, {"prompt_source", inputs.origin}}},
+                                 {"reference", {{"perplexity", ref_ppl}, {"cached", hit}, {"wall_s", ref_s}, {"prompt_source", inputs.origin},
+                                                {"attention", attention}}},
                                  {"rows", rows},
                                  {"spvllm_strategies", spvllm}};
   write_json_atomically(out_dir / "report.json", report, "--out");

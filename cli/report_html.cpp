@@ -207,6 +207,38 @@ std::string head_memory(const nlohmann::json& rows) {
   return s.empty() ? "<p>(no LeanKV rows)</p>" : s;
 }
 
+// The reference's attention over the continuation, per (layer, kv head): the share of the context
+// that holds 95% of the mass, and the mass on the first token, as two heat tables side by side.
+std::string reference_attention(const nlohmann::json& report) {
+  const nlohmann::json& ref = report.at("reference");
+  if (!ref.contains("attention") || !ref.at("attention").is_array() || ref.at("attention").empty()) {
+    return "<p>(no attention statistics)</p>";
+  }
+  std::map<std::int64_t, std::map<std::int64_t, const nlohmann::json*>> grid;  // layer -> kv head -> stats
+  for (const nlohmann::json& h : ref.at("attention")) {
+    grid[h.at("layer").get<std::int64_t>()][h.at("kv_head").get<std::int64_t>()] = &h;
+  }
+  std::int64_t heads = 0;
+  for (const auto& [layer, row] : grid) heads = std::max<std::int64_t>(heads, static_cast<std::int64_t>(row.size()));
+  std::string s = "<table><tr><th rowspan=\"2\">layer</th>";
+  s += fmt::format("<th colspan=\"{0}\">share of the context holding 95% of the mass</th><th colspan=\"{0}\">mass on the first token</th></tr><tr>", heads);
+  for (int part = 0; part < 2; ++part) {
+    for (std::int64_t k = 0; k < heads; ++k) s += fmt::format("<th>kv head {}</th>", k);
+  }
+  s += "</tr>";
+  for (const auto& [layer, row] : grid) {
+    s += fmt::format("<tr><td>{}</td>", layer);
+    for (const char* key : {"frac_for_95", "first_token_mass"}) {
+      for (std::int64_t k = 0; k < heads; ++k) {
+        const auto it = row.find(k);
+        s += heat_cell(it == row.end() ? std::nan("") : num(*it->second, key), 1.0);
+      }
+    }
+    s += "</tr>";
+  }
+  return s + "</table>";
+}
+
 // SpvLLM's slot strategies: the pool's internal fragmentation at each decode step.
 std::string spvllm_fragmentation(const nlohmann::json& report) {
   if (!report.contains("spvllm_strategies") || report.at("spvllm_strategies").is_null()) return "<p>(spvllm not run)</p>";
@@ -246,6 +278,20 @@ std::string report_markdown(const nlohmann::json& report) {
                               report.at("settings").at("continuation_tokens").get<std::int64_t>(),
                               report.at("settings").at("retrieval_items").get<std::int64_t>(),
                               report.at("reference").at("perplexity").get<double>());
+  const nlohmann::json& ref = report.at("reference");
+  if (ref.contains("attention") && ref.at("attention").is_array() && !ref.at("attention").empty()) {
+    const nlohmann::json* sparse = nullptr;
+    const nlohmann::json* sink = nullptr;
+    for (const nlohmann::json& h : ref.at("attention")) {
+      if (!sparse || num(h, "frac_for_95") < num(*sparse, "frac_for_95")) sparse = &h;
+      if (!sink || num(h, "first_token_mass") > num(*sink, "first_token_mass")) sink = &h;
+    }
+    s += fmt::format("Reference attention over the continuation: the most concentrated kv head (layer {} head {}) holds 95% of "
+                     "its mass in {:.1f}% of the context; the largest first-token mass is {:.3f} (layer {} head {}).\n\n",
+                     sparse->at("layer").get<std::int64_t>(), sparse->at("kv_head").get<std::int64_t>(),
+                     100.0 * num(*sparse, "frac_for_95"), num(*sink, "first_token_mass"), sink->at("layer").get<std::int64_t>(),
+                     sink->at("kv_head").get<std::int64_t>());
+  }
   s += "| policy | KV bytes vs fp16 | KL mean ± s.e. | KL p99 | KL max | top-1 | RMS Δp | ppl ratio | retrieval | oracle violations | wall s |\n";
   s += "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
   for (const nlohmann::json& r : report.at("rows")) {
@@ -297,6 +343,11 @@ h2{margin-top:28px}.note{color:#555;font-size:13px}</style></head><body>)svg";
   }
   s += "</table><h2>Per-layer budgets (XKV, PyramidKV)</h2><p class=\"note\">Tokens each layer's kv heads hold at the last decode step, mean over the held-out prompts.</p>";
   s += layer_budgets(rows);
+  s += "<h2>Reference attention structure</h2><p class=\"note\">The reference's attention from the continuation's queries, "
+       "mean over the query heads of each kv head and over the positions and prompts (darker green: larger). A head whose "
+       "95% mass sits in a small share of the context leaves tokens to evict or quantize harder; a large first-token "
+       "mass is an attention sink.</p>";
+  s += reference_attention(report);
   s += "<h2>Per-head memory (LeanKV)</h2><p class=\"note\">Each kv head's bytes at the last decode step relative to full-fp16 holding the whole context (darker green: more bytes).</p>";
   s += head_memory(rows);
   s += "<h2>Fragmentation over time (SpvLLM's slot strategies)</h2>";

@@ -3,16 +3,25 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <system_error>
 #include <vector>
 
 #include <fmt/format.h>
 
-#include "reference/random_model.h"
-
 namespace kvcheck::cli {
 namespace {
 
-constexpr char kMagic[8] = {'K', 'V', 'C', 'R', 'E', 'F', '1', '\0'};
+// Version 2 added the attention statistics; a version-1 file is recomputed.
+constexpr char kMagic[8] = {'K', 'V', 'C', 'R', 'E', 'F', '2', '\0'};
+
+template <typename T>
+bool read_pod(std::istream& in, T& value) {
+  return static_cast<bool>(in.read(reinterpret_cast<char*>(&value), sizeof value));
+}
+template <typename T>
+void write_pod(std::ostream& out, const T& value) {
+  out.write(reinterpret_cast<const char*>(&value), sizeof value);
+}
 
 std::uint64_t hash_bytes(std::uint64_t h, const char* data, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) {
@@ -63,19 +72,18 @@ std::string model_hash(const std::filesystem::path& dir) {
 }
 
 std::optional<TextReference> load_cached_reference(const std::filesystem::path& cache_dir, const std::string& key,
-                                                   const AccuracyInputs& inputs, std::int64_t vocab) {
+                                                   const AccuracyInputs& inputs, const ModelConfig& config) {
+  const std::int64_t vocab = config.vocab_size;
   std::ifstream in(cache_file(cache_dir, key), std::ios::binary);
   if (!in) return std::nullopt;
   char magic[8];
   std::uint64_t prompts = 0;
   TextReference ref;
   if (!in.read(magic, 8) || std::memcmp(magic, kMagic, 8) != 0) return std::nullopt;
-  if (!in.read(reinterpret_cast<char*>(&prompts), sizeof prompts) || prompts != inputs.prompts.size()) {
-    return std::nullopt;
-  }
+  if (!read_pod(in, prompts) || prompts != inputs.prompts.size()) return std::nullopt;
   for (std::uint64_t p = 0; p < prompts; ++p) {
     std::uint64_t n = 0;
-    if (!in.read(reinterpret_cast<char*>(&n), sizeof n)) return std::nullopt;
+    if (!read_pod(in, n)) return std::nullopt;
     const auto want = static_cast<std::uint64_t>(
         (static_cast<std::int64_t>(inputs.prompts[p].tokens.size()) - inputs.prompt_tokens) * vocab);
     if (n != want) return std::nullopt;
@@ -85,31 +93,62 @@ std::optional<TextReference> load_cached_reference(const std::filesystem::path& 
     }
     ref.rows.push_back(std::move(rows));
   }
-  if (!in.read(reinterpret_cast<char*>(&ref.nll), sizeof ref.nll) ||
-      !in.read(reinterpret_cast<char*>(&ref.predicted), sizeof ref.predicted)) {
+  if (!read_pod(in, ref.nll) || !read_pod(in, ref.predicted)) return std::nullopt;
+  std::uint64_t heads = 0;
+  if (!read_pod(in, heads) ||
+      heads != static_cast<std::uint64_t>(config.num_hidden_layers * config.num_key_value_heads)) {
     return std::nullopt;
   }
+  for (std::uint64_t i = 0; i < heads; ++i) {
+    HeadAttentionStats h;
+    if (!read_pod(in, h.layer) || !read_pod(in, h.kv_head) || !read_pod(in, h.samples) ||
+        !read_pod(in, h.first_token_mass) || !read_pod(in, h.top10_share) || !read_pod(in, h.tokens_for_95) ||
+        !read_pod(in, h.frac_for_95)) {
+      return std::nullopt;
+    }
+    const auto at = static_cast<std::int64_t>(i);
+    if (h.layer != at / config.num_key_value_heads || h.kv_head != at % config.num_key_value_heads) return std::nullopt;
+    ref.attention.push_back(h);
+  }
+  if (in.peek() != std::char_traits<char>::eof()) return std::nullopt;  // trailing bytes: not ours
   return ref;
 }
 
-void store_cached_reference(const std::filesystem::path& cache_dir, const std::string& key, const TextReference& ref) {
-  std::filesystem::create_directories(cache_dir);
+bool store_cached_reference(const std::filesystem::path& cache_dir, const std::string& key, const TextReference& ref) {
+  std::error_code ec;
+  std::filesystem::create_directories(cache_dir, ec);
+  if (ec) return false;
   const std::filesystem::path file = cache_file(cache_dir, key);
   const std::filesystem::path tmp = file.string() + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out.write(kMagic, 8);
-    const std::uint64_t prompts = ref.rows.size();
-    out.write(reinterpret_cast<const char*>(&prompts), sizeof prompts);
+    write_pod(out, static_cast<std::uint64_t>(ref.rows.size()));
     for (const std::vector<float>& rows : ref.rows) {
-      const std::uint64_t n = rows.size();
-      out.write(reinterpret_cast<const char*>(&n), sizeof n);
-      out.write(reinterpret_cast<const char*>(rows.data()), static_cast<std::streamsize>(n * sizeof(float)));
+      write_pod(out, static_cast<std::uint64_t>(rows.size()));
+      out.write(reinterpret_cast<const char*>(rows.data()), static_cast<std::streamsize>(rows.size() * sizeof(float)));
     }
-    out.write(reinterpret_cast<const char*>(&ref.nll), sizeof ref.nll);
-    out.write(reinterpret_cast<const char*>(&ref.predicted), sizeof ref.predicted);
+    write_pod(out, ref.nll);
+    write_pod(out, ref.predicted);
+    write_pod(out, static_cast<std::uint64_t>(ref.attention.size()));
+    for (const HeadAttentionStats& h : ref.attention) {
+      write_pod(out, h.layer);
+      write_pod(out, h.kv_head);
+      write_pod(out, h.samples);
+      write_pod(out, h.first_token_mass);
+      write_pod(out, h.top10_share);
+      write_pod(out, h.tokens_for_95);
+      write_pod(out, h.frac_for_95);
+    }
+    out.close();
+    if (!out) {
+      std::error_code ignored;
+      std::filesystem::remove(tmp, ignored);
+      return false;
+    }
   }
-  std::filesystem::rename(tmp, file);
+  std::filesystem::rename(tmp, file, ec);
+  return !ec;
 }
 
 }  // namespace kvcheck::cli

@@ -93,6 +93,30 @@ void expect_spvllm_strategies_differ_in_pages_only(const json& report) {
   EXPECT_NEAR(no_op.back(), 1.0 - 64.0 / 96.0, 1e-12);
 }
 
+// The reference's attention statistics: one entry per (layer, kv head), layer major, over the
+// continuation's queries only (2 prompts x 32 positions, each seeing 65 .. 96 keys), each a mean
+// of per-query values that lie in [0, 1].
+void expect_reference_attention_over_the_continuation(const json& report) {
+  const json& att = report.at("reference").at("attention");
+  ASSERT_EQ(att.size(), 8u);
+  for (std::size_t i = 0; i < att.size(); ++i) {
+    const json& h = att[i];
+    EXPECT_EQ(h.at("layer"), static_cast<std::int64_t>(i / 2));
+    EXPECT_EQ(h.at("kv_head"), static_cast<std::int64_t>(i % 2));
+    EXPECT_EQ(h.at("samples"), 2 * kQuickSteps) << i;
+    for (const char* key : {"first_token_mass", "top10_share", "frac_for_95"}) {
+      EXPECT_GE(h.at(key).get<double>(), 0.0) << i << " " << key;
+      EXPECT_LE(h.at(key).get<double>(), 1.0) << i << " " << key;
+    }
+    // The 10% largest probabilities hold at least 10% of the mass.
+    EXPECT_GE(h.at("top10_share").get<double>(), 0.1) << i;
+    // tokens_for_95 / frac_for_95 is a weighted mean of the context lengths the queries saw.
+    const double seen = h.at("tokens_for_95").get<double>() / h.at("frac_for_95").get<double>();
+    EXPECT_GE(seen, static_cast<double>(kQuickContext - kQuickSteps + 1) - 1e-9) << i;
+    EXPECT_LE(seen, static_cast<double>(kQuickContext) + 1e-9) << i;
+  }
+}
+
 TEST(ReportCli, QuickReportMatchesTheCommittedBaseline) {
   testing::TempDir dir;
   const CliRun r = run_kvcheck("report --quick --quiet --out " + shell_quote(dir / "r") + " --baseline " + committed_baseline());
@@ -117,6 +141,7 @@ TEST(ReportCli, QuickReportMatchesTheCommittedBaseline) {
     expect_memory_fields_agree(row);
   }
   expect_spvllm_strategies_differ_in_pages_only(j);
+  expect_reference_attention_over_the_continuation(j);
   const std::string html = testing::read_file(dir / "r" / "report.html");
   for (const char* fetch : {"src=", "href=", "<link", "<script", "url("}) {
     EXPECT_EQ(html.find(fetch), std::string::npos) << "self-contained: nothing fetched (" << fetch << ")";
@@ -126,21 +151,39 @@ TEST(ReportCli, QuickReportMatchesTheCommittedBaseline) {
   EXPECT_EQ(plots, 4u) << "bytes vs KL, bytes vs retrieval, per-layer budgets, fragmentation over time";
   EXPECT_NE(html.find("Pareto front"), std::string::npos);
   for (const char* section : {"Per-layer budgets (XKV, PyramidKV)", "<title>pyramidkv budget 32</title>", "<title>xkv budget 64</title>",
+                              "Reference attention structure", "share of the context holding 95% of the mass",
                               "Per-head memory (LeanKV)", "<h3><code>leankv:", "Fragmentation over time", "<title>no-op</title>",
                               "<title>slot-reuse</title>"}) {
     EXPECT_NE(html.find(section), std::string::npos) << section;
   }
-  EXPECT_NE(testing::read_file(dir / "r" / "report.md").find("| `leankv:"), std::string::npos);
+  const std::string md = testing::read_file(dir / "r" / "report.md");
+  EXPECT_NE(md.find("| `leankv:"), std::string::npos);
+  EXPECT_NE(md.find("Reference attention over the continuation: the most concentrated kv head"), std::string::npos) << md;
 }
 
 TEST(ReportCli, RerunReadsTheReferenceFromTheCache) {
   testing::TempDir dir;
   const std::string args = "report --quick --quiet --policies full-fp16 --out " + shell_quote(dir / "r");
   ASSERT_EQ(run_kvcheck(args).code, 0);
+  const json first = json::parse(testing::read_file(dir / "r" / "report.json"));
+  EXPECT_EQ(first.at("reference").at("cached"), false);
   ASSERT_EQ(run_kvcheck(args).code, 0);
   const json j = json::parse(testing::read_file(dir / "r" / "report.json"));
   EXPECT_EQ(j.at("reference").at("cached"), true);
+  EXPECT_EQ(j.at("reference").at("perplexity"), first.at("reference").at("perplexity"));
+  EXPECT_EQ(j.at("reference").at("attention"), first.at("reference").at("attention"));
+  EXPECT_EQ(j.at("reference").at("attention").size(), 8u);
   EXPECT_LT(j.at("rows")[0].at("kl_mean").get<double>(), 1e-5);
+}
+
+TEST(ReportCli, AnUnwritableCacheWarnsAndTheReportStillRuns) {
+  testing::TempDir dir;
+  testing::write_file(dir / "file", "not a directory");
+  const CliRun r = run_kvcheck("report --quick --policies full-fp16 --cache " + shell_quote(dir / "file" / "c") + " --out " +
+                               shell_quote(dir / "r"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("warning: the reference cache"), std::string::npos) << r.output;
+  EXPECT_EQ(json::parse(testing::read_file(dir / "r" / "report.json")).at("reference").at("attention").size(), 8u);
 }
 
 TEST(ReportCli, BadInputIsNamed) {
