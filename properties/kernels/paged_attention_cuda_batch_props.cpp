@@ -23,6 +23,10 @@ struct Outputs {
   std::vector<DecodeHeadOutput> views;
 };
 
+// memcmp with the builder's pointers: a range with no bytes may be null (the builder hands out
+// null for an empty array), and memcmp must never be given a null pointer, even for zero bytes.
+bool same_bytes(const void* a, const void* b, std::size_t n) { return n == 0 || std::memcmp(a, b, n) == 0; }
+
 Outputs make_outputs(const std::vector<DecodeCase>& cases) {
   Outputs o;
   o.out.resize(cases.size());
@@ -54,10 +58,10 @@ TEST(CudaDecodeBatch, GathersEveryHeadWhereItsDescriptorsSay) {
       RC_ASSERT(h.head_dim == c.head_dim && h.group == c.group && h.scale == c.scale && h.slots == c.slots);
       RC_ASSERT(h.scratch == scratch && h.out == out && h.q == q && h.residual == residual);
       RC_ASSERT(h.probs == (i % 2 == 1 ? probs : -1));
-      RC_ASSERT(std::memcmp(b.q + h.q, c.q.data(), c.q.size() * sizeof(float)) == 0);
+      RC_ASSERT(same_bytes(b.q + h.q, c.q.data(), c.q.size() * sizeof(float)));
       RC_ASSERT(h.residual_tokens == c.residual_tokens);
-      RC_ASSERT(std::memcmp(b.residual_keys + h.residual, c.residual_keys.data(), c.residual_keys.size() * 2) == 0);
-      RC_ASSERT(std::memcmp(b.residual_values + h.residual, c.residual_values.data(), c.residual_values.size() * 2) == 0);
+      RC_ASSERT(same_bytes(b.residual_keys + h.residual, c.residual_keys.data(), c.residual_keys.size() * 2));
+      RC_ASSERT(same_bytes(b.residual_values + h.residual, c.residual_values.data(), c.residual_values.size() * 2));
       RC_ASSERT(h.pages == static_cast<std::int64_t>(c.page_reads.size()));
       for (std::size_t p = 0; p < c.page_reads.size(); ++p) {
         const CudaPageDesc& pd = b.page_descs[h.first_page + static_cast<std::int64_t>(p)];
@@ -67,10 +71,10 @@ TEST(CudaDecodeBatch, GathersEveryHeadWhereItsDescriptorsSay) {
         RC_ASSERT(pd.tier == page.tier);
         RC_ASSERT(pd.bytes % 16 == 0);
         RC_ASSERT(pd.bytes + tier.layout.used_bytes <= b.page_bytes);
-        RC_ASSERT(std::memcmp(b.pages + pd.bytes, page.bytes, static_cast<std::size_t>(tier.layout.used_bytes)) == 0);
+        RC_ASSERT(same_bytes(b.pages + pd.bytes, page.bytes, static_cast<std::size_t>(tier.layout.used_bytes)));
         const std::int64_t words = (tier.layout.tokens + 63) / 64;
         RC_ASSERT(pd.live + words <= b.live_words);
-        RC_ASSERT(std::memcmp(b.live + pd.live, page.live.data(), static_cast<std::size_t>(words) * 8) == 0);
+        RC_ASSERT(same_bytes(b.live + pd.live, page.live.data(), static_cast<std::size_t>(words) * 8));
         RC_ASSERT(td.tokens == tier.layout.tokens && td.key_codes == tier.layout.key_codes.offset &&
                   td.key_meta == tier.layout.key_meta.offset && td.value_codes == tier.layout.value_codes.offset &&
                   td.value_meta == tier.layout.value_meta.offset);
