@@ -2,10 +2,12 @@
 // ever crashed on, minimised) runs through its target in the ordinary build: the targets
 // compile and stay crash-free on them without clang or libFuzzer.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <string>
 #include <vector>
 
 #include "properties/fuzz/fuzz_targets.h"
@@ -29,7 +31,13 @@ void replay(const char* name, Target target) {
   EXPECT_GE(inputs, 3) << "the seed corpus of " << name << " is missing";
 }
 
-TEST(FuzzCorpora, SafetensorsInputsRun) { replay("safetensors", fuzz::safetensors); }
+TEST(FuzzCorpora, SafetensorsInputsRun) {
+  replay("safetensors", fuzz::safetensors);
+  // The target writes each input to a scratch file of this process; none may be left behind.
+  const std::string scratch = "kvcheck-fuzz-" + std::to_string(::getpid()) + ".safetensors";
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::path("/dev/shm") / scratch));
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::temp_directory_path() / scratch));
+}
 TEST(FuzzCorpora, ConfigInputsRun) { replay("config", fuzz::config); }
 TEST(FuzzCorpora, TokenizerInputsRun) { replay("tokenizer", fuzz::tokenizer); }
 TEST(FuzzCorpora, PageManagerCommandStreamsRun) { replay("page_manager", fuzz::page_manager); }

@@ -26,6 +26,7 @@ namespace kvcheck::fuzz {
 namespace {
 
 // One scratch file per process, in memory when /dev/shm exists: the safetensors reader maps files.
+// It lives only while one input is read.
 const std::filesystem::path& scratch_file() {
   static const std::filesystem::path path = [] {
     const std::filesystem::path dir = std::filesystem::exists("/dev/shm") ? "/dev/shm" : std::filesystem::temp_directory_path();
@@ -55,6 +56,9 @@ int safetensors(const std::uint8_t* data, std::size_t size) {
     sink = sink + sum;
   } catch (const InputError&) {
   }
+  // Removed after every input (the mapping is closed by now), so that no run leaves a file behind.
+  std::error_code ignored;
+  std::filesystem::remove(scratch_file(), ignored);
   return 0;
 }
 
