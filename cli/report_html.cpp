@@ -27,13 +27,21 @@ std::string escape(const std::string& s) {
 
 std::string family(const std::string& policy) { return policy.substr(0, policy.find(':')); }
 
+constexpr const char* kPalette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+                                    "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39",
+                                    "#7b4173", "#3182bd", "#e6550d", "#31a354"};
+const char* palette(std::size_t i) { return kPalette[i % std::size(kPalette)]; }
+
+// One color per policy family, the same in every scatter plot of the report.
 const char* color_of(const std::string& fam) {
-  static const char* palette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-                                  "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39",
-                                  "#7b4173", "#3182bd", "#e6550d", "#31a354"};
-  static std::map<std::string, int> index;
-  const auto it = index.emplace(fam, static_cast<int>(index.size())).first;
-  return palette[it->second % static_cast<int>(std::size(palette))];
+  static std::map<std::string, std::size_t> index;
+  return palette(index.emplace(fam, index.size()).first->second);
+}
+
+// Dash patterns that keep overlapping lines apart (a later line over an earlier one shows both).
+const char* dash_pattern(std::size_t i) {
+  static const char* dashes[] = {"none", "7,4", "2,3", "10,3,2,3"};
+  return dashes[i % std::size(dashes)];
 }
 
 double num(const nlohmann::json& j, const char* key) {
@@ -43,12 +51,13 @@ double num(const nlohmann::json& j, const char* key) {
 // A plot's frame: the data range mapped into a W x H picture with margins, grid lines, tick labels
 // and axis titles (y in log10 units when log_y).
 struct Axes {
-  static constexpr double W = 720, H = 420, L = 70, R = 200, T = 20, B = 50;
+  // P: inner padding, so that a point or line at the edge of the data range stays clear of the frame.
+  static constexpr double W = 720, H = 420, L = 70, R = 200, T = 20, B = 50, P = 6;
   double x0, x1, y0, y1;
   bool log_y = false;
 
   double px(double x) const { return L + (x - x0) / (x1 - x0) * (W - L - R); }
-  double py(double y) const { return H - B - (y - y0) / (y1 - y0) * (H - T - B); }
+  double py(double y) const { return H - B - P - (y - y0) / (y1 - y0) * (H - T - B - 2 * P); }
 
   // The opening <svg> and the frame; x ticks with `x_decimals` decimals (every integer when 0).
   std::string open(const std::string& x_label, const std::string& y_label, int x_decimals) const {
@@ -72,9 +81,10 @@ struct Axes {
     return s;
   }
   // A legend entry at `row` (0 first) on the right.
-  std::string legend(int row, const char* color, const std::string& label, bool line) const {
+  // A line entry (`dash` not null) draws its dash pattern; a point entry, a dot.
+  std::string legend(int row, const char* color, const std::string& label, const char* dash) const {
     const double y = T + 12 + 15 * row;
-    const std::string mark = line ? fmt::format(R"svg(<line x1="{}" x2="{}" y1="{}" y2="{}" stroke="{}" stroke-width="2"/>)svg", W - R + 8, W - R + 22, y - 4, y - 4, color)
+    const std::string mark = dash ? fmt::format(R"svg(<line x1="{}" x2="{}" y1="{}" y2="{}" stroke="{}" stroke-width="2" stroke-dasharray="{}"/>)svg", W - R + 4, W - R + 22, y - 4, y - 4, color, dash)
                                   : fmt::format(R"svg(<circle cx="{}" cy="{}" r="4" fill="{}"/>)svg", W - R + 15, y - 4, color);
     return mark + fmt::format(R"svg(<text x="{}" y="{}">{}</text>)svg", W - R + 26, y, escape(label));
   }
@@ -119,7 +129,7 @@ std::string scatter(const nlohmann::json& rows, const char* metric, const std::s
     families[family(policy)] = true;
   }
   int row = 0;
-  for (const auto& [fam, unused] : families) s += a.legend(row++, color_of(fam), fam, false);
+  for (const auto& [fam, unused] : families) s += a.legend(row++, color_of(fam), fam, nullptr);
   s += fmt::format(R"svg(<line x1="{0}" x2="{1}" y1="{2}" y2="{2}" stroke="#000" stroke-dasharray="5,3"/><text x="{3}" y="{4}">Pareto front</text>)svg",
                    Axes::W - Axes::R + 8, Axes::W - Axes::R + 22, Axes::T + 16 + 15 * row, Axes::W - Axes::R + 26,
                    Axes::T + 20 + 15 * row);
@@ -130,9 +140,12 @@ std::string scatter(const nlohmann::json& rows, const char* metric, const std::s
 struct Series {
   std::string label;
   std::vector<double> y;  // at x = x_first, x_first + 1, ...
+  const char* color = nullptr;  // default: the series' place in the palette
+  const char* dash = nullptr;   // default: the series' place in dash_pattern
 };
 
-// Lines over integer x (from x_first), y from 0 to at least y_min_top; one color per series.
+// Lines over integer x (from x_first), y from 0 to at least y_min_top; each series its own color
+// and dash pattern unless it names them.
 std::string line_chart(const std::vector<Series>& series, double x_first, const std::string& x_label,
                        const std::string& y_label, double y_min_top) {
   double x_last = x_first + 1, y_top = y_min_top;
@@ -147,19 +160,22 @@ std::string line_chart(const std::vector<Series>& series, double x_first, const 
     for (std::size_t k = 0; k < series[i].y.size(); ++k) {
       poly += fmt::format("{:.1f},{:.1f} ", a.px(x_first + static_cast<double>(k)), a.py(series[i].y[k]));
     }
-    const char* color = color_of(series[i].label);
-    s += fmt::format(R"svg(<polyline points="{}" fill="none" stroke="{}" stroke-width="2"><title>{}</title></polyline>)svg",
-                     poly, color, escape(series[i].label));
-    s += a.legend(static_cast<int>(i), color, series[i].label, true);
+    const char* color = series[i].color ? series[i].color : palette(i);
+    const char* dash = series[i].dash ? series[i].dash : dash_pattern(i);
+    s += fmt::format(R"svg(<polyline points="{}" fill="none" stroke="{}" stroke-width="2" stroke-dasharray="{}"><title>{}</title></polyline>)svg",
+                     poly, color, dash, escape(series[i].label));
+    s += a.legend(static_cast<int>(i), color, series[i].label, dash);
   }
   s += "</svg>";
   return s;
 }
 
 // Tokens held per kv head in each layer, for XKV and PyramidKV rows and any other row whose layers
-// differ.
+// differ: one color per budget, one dash pattern per policy family.
 std::string layer_budgets(const nlohmann::json& rows) {
   std::vector<Series> series;
+  std::map<std::int64_t, std::size_t> budget_color;
+  std::map<std::string, std::size_t> family_dash;
   for (const nlohmann::json& r : rows) {
     if (!r.contains("tokens_per_layer")) continue;
     const std::vector<double> t = r.at("tokens_per_layer").get<std::vector<double>>();
@@ -167,10 +183,12 @@ std::string layer_budgets(const nlohmann::json& rows) {
     const bool uneven = !t.empty() && *std::max_element(t.begin(), t.end()) - *std::min_element(t.begin(), t.end()) > 0.5;
     if (family(policy) != "xkv" && family(policy) != "pyramidkv" && !uneven) continue;
     // The legend is narrow: family and budget (the whole spec is in the tables).
-    const std::string label = r.contains("budget") && r.at("budget").is_number()
-                                  ? fmt::format("{} budget {}", family(policy), r.at("budget").get<std::int64_t>())
-                                  : policy;
-    series.push_back({label, t});
+    const bool has_budget = r.contains("budget") && r.at("budget").is_number();
+    const std::int64_t budget = has_budget ? r.at("budget").get<std::int64_t>() : -1;
+    const std::string label = has_budget ? fmt::format("{} budget {}", family(policy), budget) : policy;
+    const std::size_t color = budget_color.emplace(budget, budget_color.size()).first->second;
+    const std::size_t dash = family_dash.emplace(family(policy), family_dash.size()).first->second;
+    series.push_back({label, t, palette(color), dash_pattern(dash)});
   }
   if (series.empty()) return "<p>(no XKV, PyramidKV or other per-layer rows)</p>";
   return line_chart(series, 0.0, "layer", "tokens held per kv head (last step)", 1.0);
@@ -310,7 +328,9 @@ std::string report_html(const nlohmann::json& report) {
   std::string s = R"svg(<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>kvcheck accuracy report</title>
 <style>body{font-family:sans-serif;margin:24px;max-width:1200px}table{border-collapse:collapse;font-size:12px}
 td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}td:first-child,th:first-child{text-align:left}
-h2{margin-top:28px}.note{color:#555;font-size:13px}</style></head><body>)svg";
+h2{margin-top:28px}.note{color:#555;font-size:13px}.scroll{overflow-x:auto}
+table.wide{font-size:11px}table.wide td{white-space:nowrap}table.wide td:first-child{white-space:normal;overflow-wrap:anywhere;max-width:260px}
+</style></head><body>)svg";
   s += "<h1>kvcheck accuracy report</h1>";
   s += fmt::format(R"svg(<p class="note">Model <code>{}</code> (hash {}); {} held-out prompts × ({} + {}) tokens; {} retrieval items; reference perplexity {:.3f}; command <code>{}</code>.</p>)svg",
                    escape(report.at("model").at("path").get<std::string>()), report.at("model").at("hash").get<std::string>(),
@@ -352,7 +372,7 @@ h2{margin-top:28px}.note{color:#555;font-size:13px}</style></head><body>)svg";
   s += head_memory(rows);
   s += "<h2>Fragmentation over time (SpvLLM's slot strategies)</h2>";
   s += spvllm_fragmentation(report);
-  s += "<h2>Summary</h2><table><tr><th>policy</th><th>bytes</th><th>KL mean</th><th>± s.e.</th><th>KL p99.9</th><th>p99</th><th>p95</th><th>p90</th><th>p50</th><th>max</th><th>top-1</th><th>RMS Δp</th><th>ppl ratio</th><th>retrieval</th><th>oracle checks</th><th>violations</th><th>wall s</th></tr>";
+  s += "<h2>Summary</h2><div class=\"scroll\"><table class=\"wide\"><tr><th>policy</th><th>bytes</th><th>KL mean</th><th>± s.e.</th><th>KL p99.9</th><th>p99</th><th>p95</th><th>p90</th><th>p50</th><th>max</th><th>top-1</th><th>RMS Δp</th><th>ppl ratio</th><th>retrieval</th><th>oracle checks</th><th>violations</th><th>wall s</th></tr>";
   for (const nlohmann::json& r : rows) {
     s += fmt::format("<tr><td>{}</td><td>{:.3f}</td><td>{:.2e}</td><td>{:.1e}</td><td>{:.2e}</td><td>{:.2e}</td><td>{:.2e}</td><td>{:.2e}</td><td>{:.2e}</td><td>{:.2e}</td><td>{:.4f}</td><td>{:.4f}</td><td>{:.4f}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1f}</td></tr>",
                      escape(r.at("policy").get<std::string>()), num(r, "kv_bytes_vs_fp16"), num(r, "kl_mean"), num(r, "kl_stderr"),
@@ -361,7 +381,7 @@ h2{margin-top:28px}.note{color:#555;font-size:13px}</style></head><body>)svg";
                      r.at("retrieval_accuracy").is_null() ? std::string("-") : fmt::format("{:.3f}", num(r, "retrieval_accuracy")),
                      r.at("oracle_checks").get<std::int64_t>(), r.at("oracle_violations").get<std::int64_t>(), num(r, "wall_s"));
   }
-  s += "</table></body></html>\n";
+  s += "</table></div></body></html>\n";
   return s;
 }
 
