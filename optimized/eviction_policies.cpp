@@ -36,14 +36,25 @@ std::vector<float> max_pool(std::span<const float> scores, std::int64_t pool) {
   return out;
 }
 
-std::vector<std::int64_t> pyramid_budgets(std::int64_t mean, double ratio, std::int64_t window, std::int32_t layers) {
+std::vector<std::int64_t> pyramid_budgets(std::int64_t mean, double ratio, std::int64_t window, std::int32_t layers,
+                                          std::int64_t prompt) {
+  const auto n_layers = static_cast<std::size_t>(std::max<std::int32_t>(layers, 1));
+  if (prompt <= mean) return std::vector<std::int64_t>(n_layers, prompt);
   if (layers <= 1) return {mean};
-  const std::int64_t top = std::max<std::int64_t>(window + 1, std::llround(static_cast<double>(mean) / ratio));
-  const std::int64_t bottom = 2 * mean - top;
+  std::int64_t top = std::max<std::int64_t>(window + 1, std::llround(static_cast<double>(mean) / ratio));
+  std::int64_t bottom = 2 * mean - top;
+  if (bottom > prompt) {
+    // The first layer cannot hold more than the prompt. Without this, a prompt a little longer
+    // than the mean would be cut hard in the deep layers while the first layers' budgets went
+    // unused (PyramidKV's released code caps it the same way).
+    bottom = prompt;
+    top = 2 * mean - prompt;
+  }
   std::vector<std::int64_t> b;
   for (std::int32_t l = 0; l < layers; ++l) {
     const double t = static_cast<double>(l) / static_cast<double>(layers - 1);
-    b.push_back(std::max<std::int64_t>(window + 1, std::llround(static_cast<double>(bottom) - t * static_cast<double>(bottom - top))));
+    const std::int64_t at = std::llround(static_cast<double>(bottom) - t * static_cast<double>(bottom - top));
+    b.push_back(std::min(prompt, std::max<std::int64_t>(window + 1, at)));
   }
   return b;
 }
@@ -179,7 +190,7 @@ class PyramidKvPolicy final : public EvictionPolicy {
   }
   std::int64_t observation_window() const override { return window_; }
   std::vector<std::int32_t> select_prompt(std::int32_t layer, std::int64_t n, const PromptScores& s) const override {
-    const std::vector<std::int64_t> b = pyramid_budgets(budget_, ratio_, window_, s.num_layers);
+    const std::vector<std::int64_t> b = pyramid_budgets(budget_, ratio_, window_, s.num_layers, n);
     return snap_select(n, b.at(static_cast<std::size_t>(layer)), window_, pool_, s);
   }
 

@@ -40,8 +40,12 @@ std::unique_ptr<KvPolicy> make_pyramidkv_policy(std::int64_t budget, double rati
 // The `count` positions of [0, candidates) with the largest score (ties: the lower position),
 // ascending.
 std::vector<std::int32_t> top_positions(std::span<const float> scores, std::int64_t candidates, std::int64_t count);
-// PyramidKV's prompt budget of each of `layers` layers, first to last.
-std::vector<std::int64_t> pyramid_budgets(std::int64_t mean, double ratio, std::int64_t window, std::int32_t layers);
+// PyramidKV's prompt budget of each of `layers` layers, first to last, for a prompt of `prompt`
+// tokens: linear from 2 * mean - last down to last = max(window + 1, mean / ratio). A first layer
+// wider than the prompt is capped at it and the surplus moves to the deeper layers (the total stays
+// layers * mean); a prompt of at most `mean` tokens is kept whole in every layer.
+std::vector<std::int64_t> pyramid_budgets(std::int64_t mean, double ratio, std::int64_t window, std::int32_t layers,
+                                          std::int64_t prompt);
 // Max pooling with a centred window of `pool` positions (pool odd), clipped at the ends.
 std::vector<float> max_pool(std::span<const float> scores, std::int64_t pool);
 

@@ -74,7 +74,7 @@ class MiniKvPolicy final : public ResidualPolicy {
     std::int64_t budget = s_.budget;
     if (s_.pyramid > 1.0) {
       const auto recent = std::max<std::int64_t>(1, std::llround(static_cast<double>(s_.budget) * s_.recent));
-      budget = pyramid_budgets(s_.budget, s_.pyramid, recent, s.num_layers)[static_cast<std::size_t>(layer)];
+      budget = pyramid_budgets(s_.budget, s_.pyramid, recent, s.num_layers, n)[static_cast<std::size_t>(layer)];
     }
     return split(minikv_select(s.all, n, budget, s_.recent));
   }

@@ -1,7 +1,9 @@
 // The eviction policies' selection rules on hand-computed cases, and policy specs
 // (`name:key=value,...`) with their errors.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <vector>
 
 #include "optimized/eviction_policies.h"
@@ -126,9 +128,45 @@ TEST(EvictionRules, SnapKvPoolsTheWindowVotesOverTheOlderTokens) {
 
 TEST(EvictionRules, PyramidBudgetsFallLinearlyAroundTheMean) {
   // Last layer max(window + 1, 64 / 20) = 9, first 2 * 64 - 9 = 119, interpolated between.
-  EXPECT_EQ(pyramid_budgets(64, 20, 8, 4), (std::vector<std::int64_t>{119, 82, 46, 9}));
-  EXPECT_EQ(pyramid_budgets(10, 2, 2, 2), (std::vector<std::int64_t>{15, 5}));
-  EXPECT_EQ(pyramid_budgets(64, 20, 8, 1), (std::vector<std::int64_t>{64}));
+  EXPECT_EQ(pyramid_budgets(64, 20, 8, 4, 500), (std::vector<std::int64_t>{119, 82, 46, 9}));
+  EXPECT_EQ(pyramid_budgets(64, 20, 8, 4, 119), (std::vector<std::int64_t>{119, 82, 46, 9}));
+  EXPECT_EQ(pyramid_budgets(10, 2, 2, 2, 40), (std::vector<std::int64_t>{15, 5}));
+  EXPECT_EQ(pyramid_budgets(64, 20, 8, 1, 500), (std::vector<std::int64_t>{64}));
+  // A first layer wider than the prompt is capped at it, and what it cannot hold goes to the
+  // deeper layers: first 100, last 2 * 64 - 100 = 28, the total still 4 * 64 = 256.
+  EXPECT_EQ(pyramid_budgets(64, 20, 8, 4, 100), (std::vector<std::int64_t>{100, 76, 52, 28}));
+  // A prompt within the mean budget is not compressed in any layer (as SnapKV and XKV).
+  EXPECT_EQ(pyramid_budgets(64, 20, 8, 4, 64), (std::vector<std::int64_t>{64, 64, 64, 64}));
+  EXPECT_EQ(pyramid_budgets(64, 20, 8, 4, 30), (std::vector<std::int64_t>{30, 30, 30, 30}));
+  // Whatever the shape: no layer above the prompt, none below the window + 1 (when the prompt
+  // allows), never rising with depth, and the layers together hold layers * mean tokens (up to
+  // rounding and the window floor) whenever the prompt is longer than the mean.
+  for (const std::int64_t mean : {9, 16, 32, 64, 128}) {
+    for (const double ratio : {1.5, 2.0, 7.0, 20.0}) {
+      for (const std::int32_t layers : {2, 3, 4, 32}) {
+        for (const std::int64_t prompt : {mean - 1, mean, mean + 1, 2 * mean - 3, 2 * mean, 5 * mean}) {
+          const std::int64_t window = 8;
+          const auto b = pyramid_budgets(mean, ratio, window, layers, prompt);
+          const std::string at = fmt::format("mean {} ratio {} layers {} prompt {}", mean, ratio, layers, prompt);
+          ASSERT_EQ(b.size(), static_cast<std::size_t>(layers)) << at;
+          std::int64_t total = 0;
+          for (std::size_t l = 0; l < b.size(); ++l) {
+            EXPECT_LE(b[l], prompt) << at << " layer " << l;
+            EXPECT_GE(b[l], std::min(prompt, window + 1)) << at << " layer " << l;
+            if (l > 0) {
+              EXPECT_LE(b[l], b[l - 1]) << at << " layer " << l;
+            }
+            total += b[l];
+          }
+          if (prompt <= mean) {
+            EXPECT_EQ(total, layers * prompt) << at;
+          } else {
+            EXPECT_LE(std::abs(total - layers * mean), layers) << at;
+          }
+        }
+      }
+    }
+  }
   // Each layer selects as SnapKV does with its own budget.
   const auto p = make_policy("pyramidkv:budget=4,ratio=2,window=1,pool=1");
   const std::vector<float> win = {0.5f, 0.1f, 0.9f, 0.3f, 0.2f, 0.0f};

@@ -358,7 +358,7 @@ std::string check_case(const EvictionCase& ec, const PolicyCase& pc, std::unique
       } else {
         const std::int64_t recent = std::clamp<std::int64_t>(std::llround(static_cast<double>(pc.a) * pc.recent), 1, pc.a);
         const std::int64_t budget =
-            pc.alpha_h > 1.0 ? pyramid_budgets(pc.a, pc.alpha_h, recent, static_cast<std::int32_t>(config.num_hidden_layers))
+            pc.alpha_h > 1.0 ? pyramid_budgets(pc.a, pc.alpha_h, recent, static_cast<std::int32_t>(config.num_hidden_layers), T)
                                    .at(static_cast<std::size_t>(s.layer))
                              : pc.a;
         if (static_cast<std::int64_t>(prompt_part.size()) != std::min<std::int64_t>(T, budget)) {
@@ -390,7 +390,7 @@ std::string check_case(const EvictionCase& ec, const PolicyCase& pc, std::unique
     } else {  // snapkv, pyramidkv: a prompt budget (per layer for pyramidkv), chosen once
       const std::int64_t budget =
           pc.kind == "snapkv" ? pc.a
-                              : pyramid_budgets(pc.a, pc.recent, pc.b, static_cast<std::int32_t>(config.num_hidden_layers))
+                              : pyramid_budgets(pc.a, pc.recent, pc.b, static_cast<std::int32_t>(config.num_hidden_layers), T)
                                     .at(static_cast<std::size_t>(s.layer));
       HeadHistory& h = history[{s.layer, s.kv_head}];
       std::set<std::int32_t> prompt_part;
