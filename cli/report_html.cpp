@@ -48,6 +48,29 @@ double num(const nlohmann::json& j, const char* key) {
   return j.contains(key) && j.at(key).is_number() ? j.at(key).get<double>() : std::nan("");
 }
 
+}  // namespace
+
+double nice_step(double span, int target, bool integer) {
+  if (!(span > 0.0) || target < 1) return 1.0;
+  const double raw = span / target;
+  const double decade = std::pow(10.0, std::floor(std::log10(raw)));
+  double step = 10.0 * decade;
+  for (const double m : {1.0, 2.0, 2.5, 5.0}) {
+    if (integer && m == 2.5) continue;
+    // The first multiple that does not give more than `target` parts, rounding to the nearest.
+    if (m * decade >= raw * 0.75) {
+      step = m * decade;
+      break;
+    }
+  }
+  return integer ? std::max(1.0, std::round(step)) : step;
+}
+
+namespace {
+
+// `top` rounded up to a multiple of `step` (a small tolerance keeps an exact multiple where it is).
+double round_up(double top, double step) { return std::ceil(top / step - 1e-9) * step; }
+
 // A plot's frame: the data range mapped into a W x H picture with margins, grid lines, tick labels
 // and axis titles (y in log10 units when log_y).
 struct Axes {
@@ -59,20 +82,19 @@ struct Axes {
   double px(double x) const { return L + (x - x0) / (x1 - x0) * (W - L - R); }
   double py(double y) const { return H - B - P - (y - y0) / (y1 - y0) * (H - T - B - 2 * P); }
 
-  // The opening <svg> and the frame; x ticks with `x_decimals` decimals (every integer when 0).
-  std::string open(const std::string& x_label, const std::string& y_label, int x_decimals) const {
+  // The opening <svg> and the frame. Ticks sit on round numbers (nice_step): every multiple of the
+  // step within the range, integers only when `integer_x`; a log y axis has one per power of ten.
+  std::string open(const std::string& x_label, const std::string& y_label, bool integer_x) const {
     std::string s = fmt::format(R"svg(<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" role="img" font-family="sans-serif" font-size="11">)svg", W, H);
     s += fmt::format(R"svg(<rect x="{}" y="{}" width="{}" height="{}" fill="#fafafa" stroke="#999"/>)svg", L, T, W - L - R, H - T - B);
-    const int xticks = x_decimals == 0 ? static_cast<int>(std::min(10.0, x1 - x0)) : 5;
-    for (int k = 0; k <= xticks; ++k) {
-      const double x = x0 + (x1 - x0) * k / xticks;
-      s += fmt::format(R"svg(<line x1="{0:.1f}" x2="{0:.1f}" y1="{1}" y2="{2}" stroke="#ddd"/><text x="{0:.1f}" y="{3}" text-anchor="middle">{4:.{5}f}</text>)svg",
-                       px(x), T, H - B, H - B + 15, x, x_decimals);
+    const double xstep = nice_step(x1 - x0, integer_x ? 8 : 5, integer_x);
+    for (double x = std::ceil(x0 / xstep - 1e-9) * xstep; x <= x1 + 1e-9 * xstep; x += xstep) {
+      s += fmt::format(R"svg(<line x1="{0:.1f}" x2="{0:.1f}" y1="{1}" y2="{2}" stroke="#ddd"/><text x="{0:.1f}" y="{3}" text-anchor="middle">{4:.6g}</text>)svg",
+                       px(x), T, H - B, H - B + 15, std::abs(x) < 1e-12 ? 0.0 : x);
     }
-    const int yticks = log_y ? static_cast<int>(y1 - y0) : 5;
-    for (int k = 0; k <= yticks; ++k) {
-      const double y = y0 + (y1 - y0) * k / yticks;
-      const std::string label = log_y ? fmt::format("1e{:.0f}", y) : fmt::format("{:.3g}", y);
+    const double ystep = log_y ? 1.0 : nice_step(y1 - y0, 5, false);
+    for (double y = std::ceil(y0 / ystep - 1e-9) * ystep; y <= y1 + 1e-9 * ystep; y += ystep) {
+      const std::string label = log_y ? fmt::format("1e{:.0f}", y) : fmt::format("{:.6g}", std::abs(y) < 1e-12 ? 0.0 : y);
       s += fmt::format(R"svg(<line x1="{0}" x2="{1}" y1="{2:.1f}" y2="{2:.1f}" stroke="#ddd"/><text x="{3}" y="{4:.1f}" text-anchor="end">{5}</text>)svg",
                        L, W - R, py(y), L - 5, py(y) + 4, label);
     }
@@ -103,7 +125,8 @@ std::string scatter(const nlohmann::json& rows, const char* metric, const std::s
     idx.push_back(i);
   }
   if (xs.empty()) return "<p>(no rows to plot)</p>";
-  Axes a{0.0, std::max(1.05, *std::max_element(xs.begin(), xs.end()) * 1.05), *std::min_element(ys.begin(), ys.end()),
+  const double x_top = std::max(1.05, *std::max_element(xs.begin(), xs.end()) * 1.05);
+  Axes a{0.0, round_up(x_top, nice_step(x_top, 5, false)), *std::min_element(ys.begin(), ys.end()),
          *std::max_element(ys.begin(), ys.end()), log_y};
   if (log_y) {
     a.y0 = std::floor(a.y0);
@@ -111,9 +134,10 @@ std::string scatter(const nlohmann::json& rows, const char* metric, const std::s
   } else {
     a.y0 = 0.0;
     a.y1 = std::max(1.0, a.y1);
+    a.y1 = round_up(a.y1, nice_step(a.y1, 5, false));
   }
   if (a.y1 <= a.y0) a.y1 = a.y0 + 1.0;
-  std::string s = a.open("KV bytes relative to full-fp16", y_label, 2);
+  std::string s = a.open("KV bytes relative to full-fp16", y_label, false);
   // The Pareto front first, under the points.
   const std::vector<std::size_t> front = pareto_front(xs, ys, lower_is_better);
   std::string poly;
@@ -153,8 +177,8 @@ std::string line_chart(const std::vector<Series>& series, double x_first, const 
     x_last = std::max(x_last, x_first + static_cast<double>(se.y.size()) - 1);
     for (const double y : se.y) y_top = std::max(y_top, y * 1.05);
   }
-  const Axes a{x_first, x_last, 0.0, y_top, false};
-  std::string s = a.open(x_label, y_label, 0);
+  const Axes a{x_first, x_last, 0.0, round_up(y_top, nice_step(y_top, 5, false)), false};
+  std::string s = a.open(x_label, y_label, true);
   for (std::size_t i = 0; i < series.size(); ++i) {
     std::string poly;
     for (std::size_t k = 0; k < series[i].y.size(); ++k) {

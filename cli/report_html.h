@@ -17,6 +17,10 @@ namespace kvcheck::cli {
 // when lower_is_better) with one of them strictly; ordered by x.
 std::vector<std::size_t> pareto_front(const std::vector<double>& x, const std::vector<double>& y, bool lower_is_better);
 
+// The round tick step (1, 2, 2.5 or 5 times a power of ten; no 2.5 and at least 1 on an integer
+// axis) that cuts a range of `span` into about `target` parts.
+double nice_step(double span, int target, bool integer);
+
 std::string report_markdown(const nlohmann::json& report);
 std::string report_html(const nlohmann::json& report);
 

@@ -99,5 +99,41 @@ TEST(ReportBaseline, ParetoFrontOfKnownPoints) {
   EXPECT_EQ(pareto_front(x, acc, false), (std::vector<std::size_t>{0, 5, 1, 3}));
 }
 
+TEST(ReportHtml, AxisTicksAreRoundNumbers) {
+  // About five steps of 1, 2, 2.5 or 5 times a power of ten.
+  EXPECT_DOUBLE_EQ(nice_step(2.1, 5, false), 0.5);
+  EXPECT_DOUBLE_EQ(nice_step(1.0, 5, false), 0.2);
+  EXPECT_DOUBLE_EQ(nice_step(0.55, 5, false), 0.1);
+  EXPECT_DOUBLE_EQ(nice_step(212.0, 5, false), 50.0);
+  EXPECT_DOUBLE_EQ(nice_step(12.0, 5, false), 2.0);
+  EXPECT_DOUBLE_EQ(nice_step(15.0, 5, false), 2.5);
+  // Integer axes (layers, decode steps) never step by a fraction: no 2.5, and at least 1.
+  EXPECT_DOUBLE_EQ(nice_step(15.0, 5, true), 5.0);
+  EXPECT_DOUBLE_EQ(nice_step(3.0, 8, true), 1.0);
+  EXPECT_DOUBLE_EQ(nice_step(63.0, 8, true), 10.0);
+  // The page's plots carry those ticks: the KV-bytes axis of a report whose rows reach 2.0 bytes
+  // is labelled 0, 0.5, ..., 2.5, not fifths of 2.1.
+  const auto row = [](const char* policy, double bytes, double kl, double acc) {
+    return nlohmann::json{{"policy", policy},       {"kv_bytes_vs_fp16", bytes},
+                          {"kl_mean", kl},          {"retrieval_accuracy", acc},
+                          {"oracle_checks", 10},    {"oracle_violations", 0},
+                          {"retrieval_accuracy_by_length", {{"128", acc}}}};
+  };
+  const nlohmann::json report = {
+      {"format", "kvcheck-report"},
+      {"version", 1},
+      {"command", "kvcheck report"},
+      {"model", {{"path", "m"}, {"hash", "0"}}},
+      {"settings", {{"prompts", 1}, {"prompt_tokens", 8}, {"continuation_tokens", 4}, {"retrieval_items", 1}}},
+      {"reference", {{"perplexity", 50.0}}},
+      {"rows", {row("full-fp32", 2.0, 1e-12, 1.0), row("int8", 0.5625, 4e-5, 0.9)}}};
+  const std::string html = report_html(report);
+  for (const char* tick : {">0.5</text>", ">1.5</text>", ">2.5</text>", ">0.2</text>", ">0.8</text>"}) {
+    EXPECT_NE(html.find(tick), std::string::npos) << tick;
+  }
+  EXPECT_EQ(html.find(">0.42</text>"), std::string::npos);
+  EXPECT_EQ(html.find(">-0</text>"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace kvcheck::cli
