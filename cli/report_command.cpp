@@ -126,6 +126,13 @@ int run_report(const ReportArgs& args) {
   run.threads = args.threads;
   run.feed = "text";
   AccuracyInputs inputs = prepare_accuracy_inputs(model, dir, run);
+  if (inputs.origin.starts_with("random ids")) {
+    fmt::print(stderr,
+               "kvcheck report: warning: {} has no tokenizer.model: the prompts are seeded random token ids (seed "
+               "{}), not held-out text, and the retrieval items are skipped (kvcheck reads a SentencePiece "
+               "tokenizer.model, not tokenizer.json)\n",
+               dir.string(), run.seed);
+  }
 
   const std::filesystem::path heldout = datasets_dir() / "eval" / "heldout.jsonl";
   const std::filesystem::path retrieval = datasets_dir() / "eval" / "retrieval.jsonl";

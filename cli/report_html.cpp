@@ -71,6 +71,34 @@ namespace {
 // `top` rounded up to a multiple of `step` (a small tolerance keeps an exact multiple where it is).
 double round_up(double top, double step) { return std::ceil(top / step - 1e-9) * step; }
 
+// The text prompts: held-out text, or seeded random ids when the model has no tokenizer.model
+// (reference.prompt_source, as verify_prompts.cpp names it); then no retrieval items either.
+bool random_prompts(const nlohmann::json& report) {
+  const nlohmann::json& ref = report.at("reference");
+  return ref.contains("prompt_source") && ref.at("prompt_source").is_string() &&
+         ref.at("prompt_source").get<std::string>().starts_with("random ids");
+}
+
+// What random prompts mean for the numbers below them.
+std::string random_prompts_note(const nlohmann::json& report) {
+  return fmt::format("Warning: no tokenizer.model ({}): the prompts are seeded random token ids, not text, and the "
+                     "retrieval items are skipped. KL and top-1 then say how close the engine stays to the reference, "
+                     "not how a policy does on language. kvcheck reads a SentencePiece tokenizer.model; a "
+                     "tokenizer.json alone is not read.",
+                     report.at("reference").at("prompt_source").get<std::string>());
+}
+
+// "8 held-out prompts x (128 + 64) tokens; 48 retrieval items" with `times` for the x.
+std::string inputs_phrase(const nlohmann::json& report, const char* times, const char* sep) {
+  const nlohmann::json& st = report.at("settings");
+  const bool random = random_prompts(report);
+  return fmt::format("{} {} {} ({} + {}) tokens{}{}", st.at("prompts").get<std::int64_t>(),
+                     random ? "prompts of seeded random token ids" : "held-out prompts", times,
+                     st.at("prompt_tokens").get<std::int64_t>(), st.at("continuation_tokens").get<std::int64_t>(), sep,
+                     random ? std::string("retrieval skipped (the model has no tokenizer.model)")
+                            : fmt::format("{} retrieval items", st.at("retrieval_items").get<std::int64_t>()));
+}
+
 // A plot's frame: the data range mapped into a W x H picture with margins, grid lines, tick labels
 // and axis titles (y in log10 units when log_y).
 struct Axes {
@@ -312,14 +340,10 @@ std::vector<std::size_t> pareto_front(const std::vector<double>& x, const std::v
 }
 
 std::string report_markdown(const nlohmann::json& report) {
-  std::string s = fmt::format("# kvcheck accuracy report\n\nModel `{}` (hash {}), {} held-out prompts x ({} + {}) tokens, "
-                              "{} retrieval items; reference perplexity {:.3f}.\n\n",
+  std::string s = fmt::format("# kvcheck accuracy report\n\nModel `{}` (hash {}), {}; reference perplexity {:.3f}.\n\n",
                               report.at("model").at("path").get<std::string>(), report.at("model").at("hash").get<std::string>(),
-                              report.at("settings").at("prompts").get<std::int64_t>(),
-                              report.at("settings").at("prompt_tokens").get<std::int64_t>(),
-                              report.at("settings").at("continuation_tokens").get<std::int64_t>(),
-                              report.at("settings").at("retrieval_items").get<std::int64_t>(),
-                              report.at("reference").at("perplexity").get<double>());
+                              inputs_phrase(report, "x", ", "), report.at("reference").at("perplexity").get<double>());
+  if (random_prompts(report)) s += random_prompts_note(report) + "\n\n";
   const nlohmann::json& ref = report.at("reference");
   if (ref.contains("attention") && ref.at("attention").is_array() && !ref.at("attention").empty()) {
     const nlohmann::json* sparse = nullptr;
@@ -356,13 +380,12 @@ h2{margin-top:28px}.note{color:#555;font-size:13px}.scroll{overflow-x:auto}
 table.wide{font-size:11px}table.wide td{white-space:nowrap}table.wide td:first-child{white-space:normal;overflow-wrap:anywhere;max-width:260px}
 </style></head><body>)svg";
   s += "<h1>kvcheck accuracy report</h1>";
-  s += fmt::format(R"svg(<p class="note">Model <code>{}</code> (hash {}); {} held-out prompts × ({} + {}) tokens; {} retrieval items; reference perplexity {:.3f}; command <code>{}</code>.</p>)svg",
+  s += fmt::format(R"svg(<p class="note">Model <code>{}</code> (hash {}); {}; reference perplexity {:.3f}; command <code>{}</code>.</p>)svg",
                    escape(report.at("model").at("path").get<std::string>()), report.at("model").at("hash").get<std::string>(),
-                   report.at("settings").at("prompts").get<std::int64_t>(), report.at("settings").at("prompt_tokens").get<std::int64_t>(),
-                   report.at("settings").at("continuation_tokens").get<std::int64_t>(),
-                   report.at("settings").at("retrieval_items").get<std::int64_t>(), report.at("reference").at("perplexity").get<double>(),
+                   escape(inputs_phrase(report, "×", "; ")), report.at("reference").at("perplexity").get<double>(),
                    escape(report.at("command").get<std::string>()));
-  s += "<h2>KV bytes against KL divergence</h2><p class=\"note\">Mean KL(P<sub>ref</sub> ‖ P<sub>engine</sub>) per position on held-out text (log scale). Ringed points form the Pareto front: nothing holds fewer bytes at lower KL.</p>";
+  if (random_prompts(report)) s += "<p><strong>" + escape(random_prompts_note(report)) + "</strong></p>";
+  s += "<h2>KV bytes against KL divergence</h2><p class=\"note\">Mean KL(P<sub>ref</sub> ‖ P<sub>engine</sub>) per position of the text prompts' continuations (log scale). Ringed points form the Pareto front: nothing holds fewer bytes at lower KL.</p>";
   s += scatter(rows, "kl_mean", "KL mean (log10)", true, true);
   s += "<h2>KV bytes against retrieval accuracy</h2><p class=\"note\">Greedy exact match on the retrieval items; the front: nothing holds fewer bytes at higher accuracy.</p>";
   s += scatter(rows, "retrieval_accuracy", "retrieval exact match", false, false);
@@ -385,7 +408,7 @@ table.wide{font-size:11px}table.wide td{white-space:nowrap}table.wide td:first-c
     }
     s += "</tr>";
   }
-  s += "</table><h2>Per-layer budgets (XKV, PyramidKV)</h2><p class=\"note\">Tokens each layer's kv heads hold at the last decode step, mean over the held-out prompts.</p>";
+  s += "</table><h2>Per-layer budgets (XKV, PyramidKV)</h2><p class=\"note\">Tokens each layer's kv heads hold at the last decode step, mean over the text prompts.</p>";
   s += layer_budgets(rows);
   s += "<h2>Reference attention structure</h2><p class=\"note\">The reference's attention from the continuation's queries, "
        "mean over the query heads of each kv head and over the positions and prompts (darker green: larger). A head whose "

@@ -186,6 +186,32 @@ TEST(ReportCli, AnUnwritableCacheWarnsAndTheReportStillRuns) {
   EXPECT_EQ(json::parse(testing::read_file(dir / "r" / "report.json")).at("reference").at("attention").size(), 8u);
 }
 
+TEST(ReportCli, AModelWithoutTokenizerSaysItsPromptsAreRandomIds) {
+  // A Hugging Face checkpoint with only tokenizer.json (Llama 3, Qwen2) has no tokenizer.model:
+  // the report still runs, on seeded random ids, and says so on the console, in report.md and
+  // in report.html, instead of calling them held-out text.
+  testing::TempDir dir;
+  ASSERT_EQ(run_kvcheck("make-model --random --layers 1 --hidden 32 --heads 2 --kv-heads 1 --vocab 300 --seed 2 --out " +
+                        shell_quote(dir / "m"))
+                .code,
+            0);
+  const CliRun r = run_kvcheck("report --quick --quiet --policies full-fp16,int8 --model " + shell_quote(dir / "m") +
+                               " --out " + shell_quote(dir / "r"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("warning: " + (dir / "m").string() + " has no tokenizer.model"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("random token ids"), std::string::npos) << r.output;
+  const std::string md = testing::read_file(dir / "r" / "report.md");
+  const std::string html = testing::read_file(dir / "r" / "report.html");
+  for (const std::string* page : {&md, &html}) {
+    EXPECT_NE(page->find("2 prompts of seeded random token ids"), std::string::npos) << *page;
+    EXPECT_NE(page->find("retrieval skipped"), std::string::npos) << *page;
+    EXPECT_EQ(page->find("held-out prompts"), std::string::npos) << *page;
+  }
+  const json j = json::parse(testing::read_file(dir / "r" / "report.json"));
+  EXPECT_TRUE(j.at("reference").at("prompt_source").get<std::string>().starts_with("random ids")) << j.dump();
+  EXPECT_EQ(j.at("settings").at("retrieval_items"), 0);
+}
+
 TEST(ReportCli, BadInputIsNamed) {
   testing::TempDir dir;
   const std::string out = " --out " + shell_quote(dir / "r");
