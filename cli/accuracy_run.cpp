@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "cli/engine_options.h"
 #include "cli/verify_step_oracle.h"
 #include "optimized/engine.h"
@@ -24,13 +26,25 @@ AccuracyInputs prepare_accuracy_inputs(const ReferenceModel& model, const std::f
   if (args.sweep_retrieval > 0 && std::filesystem::exists(tok)) {
     const Tokenizer tokenizer = Tokenizer::load(tok);
     const std::filesystem::path file = datasets_dir() / "eval" / "retrieval.jsonl";
-    for (const RetrievalItem& it : retrieval_subset(load_retrieval(file), args.sweep_retrieval)) {
+    const std::vector<RetrievalItem> items = retrieval_subset(load_retrieval(file), args.sweep_retrieval);
+    std::int64_t longest_skipped = 0;
+    for (const RetrievalItem& it : items) {
       RetrievalCase rc{it, tokenizer.encode(it.prompt, true), tokenizer.encode(it.answer, false)};
-      if (static_cast<std::int64_t>(rc.prompt.size() + rc.answer.size()) > c.max_position_embeddings) {
-        throw input_error(file.string(), it.id, "prompt and answer ({} tokens) exceed max_position_embeddings {}",
-                          rc.prompt.size() + rc.answer.size(), c.max_position_embeddings);
+      const auto n = static_cast<std::int64_t>(rc.prompt.size() + rc.answer.size());
+      if (n > c.max_position_embeddings) {
+        // A model with a shorter context than the longest items still gets the items it can run.
+        ++in.retrieval_skipped;
+        longest_skipped = std::max(longest_skipped, n);
+        continue;
       }
       in.retrieval.push_back(std::move(rc));
+    }
+    if (in.retrieval_skipped > 0) {
+      fmt::print(stderr,
+                 "kvcheck: warning: {} of the {} retrieval items do not fit max_position_embeddings {} of {} (up to {} "
+                 "prompt and answer tokens) and are skipped; accuracy is over the other {}\n",
+                 in.retrieval_skipped, items.size(), c.max_position_embeddings, dir.string(), longest_skipped,
+                 in.retrieval.size());
     }
   }
   return in;

@@ -48,11 +48,13 @@ struct AccuracyInputs {
   std::string origin;
   std::int64_t prompt_tokens = 0;
   std::vector<RetrievalCase> retrieval;
+  std::int64_t retrieval_skipped = 0;  // items longer than the model's context (warned on stderr)
   TextReference reference;
 };
 
 // The prompts (args.prompts windows of args.prompt_tokens + args.max_new_tokens held-out tokens)
-// and args.sweep_retrieval retrieval items; the reference is left empty (compute_text_reference).
+// and args.sweep_retrieval retrieval items, less those longer than the model's context (counted in
+// retrieval_skipped, with a warning); the reference is left empty (compute_text_reference).
 AccuracyInputs prepare_accuracy_inputs(const ReferenceModel& model, const std::filesystem::path& dir,
                                        const VerifyArgs& args);
 // With `attention`, also the attention structure of the queries at positions prompt_tokens ..

@@ -1,6 +1,7 @@
 // kvcheck report as the test gate runs it: the quick report against the committed baseline
 // (datasets/baselines/report-quick-kvcheck-tiny.json) passes, and its outputs hold what the README
 // says; the reference comes from the cache on a rerun; bad input exits 2 naming it.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <map>
@@ -210,6 +211,32 @@ TEST(ReportCli, AModelWithoutTokenizerSaysItsPromptsAreRandomIds) {
   const json j = json::parse(testing::read_file(dir / "r" / "report.json"));
   EXPECT_TRUE(j.at("reference").at("prompt_source").get<std::string>().starts_with("random ids")) << j.dump();
   EXPECT_EQ(j.at("settings").at("retrieval_items"), 0);
+}
+
+TEST(ReportCli, RetrievalItemsLongerThanTheContextAreSkippedAndCounted) {
+  // A model of 256 positions: the quick set's 384- and 512-token items cannot run on it. The report
+  // runs the items that fit, says how many it skipped and why, and reports only their buckets.
+  testing::TempDir dir;
+  ASSERT_EQ(run_kvcheck("make-model --random --layers 1 --hidden 32 --heads 2 --kv-heads 1 --max-positions 256 --seed 2 "
+                        "--tokenizer " + shell_quote(testing::source_path("datasets/models/kvcheck-tiny/tokenizer.model")) +
+                        " --out " + shell_quote(dir / "m"))
+                .code,
+            0);
+  const CliRun r = run_kvcheck("report --quick --quiet --policies full-fp16 --model " + shell_quote(dir / "m") + " --out " +
+                               shell_quote(dir / "r"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  const json j = json::parse(testing::read_file(dir / "r" / "report.json"));
+  const std::int64_t kept = j.at("settings").at("retrieval_items").get<std::int64_t>();
+  EXPECT_GT(kept, 0);
+  EXPECT_LT(kept, 12);
+  EXPECT_NE(r.output.find(fmt::format("warning: {} of the 12 retrieval items do not fit", 12 - kept)), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("max_position_embeddings 256"), std::string::npos) << r.output;
+  const json& row = j.at("rows")[0];
+  EXPECT_EQ(row.at("retrieval_items"), kept);
+  for (const auto& [bucket, unused] : row.at("retrieval_accuracy_by_length").items()) {
+    EXPECT_LE(std::stoll(bucket), 256) << bucket;
+  }
 }
 
 TEST(ReportCli, BadInputIsNamed) {
