@@ -62,9 +62,13 @@ void CudaBackend::rmsnorm(std::span<const float> x, std::int64_t rows, std::span
 void CudaBackend::rope(std::span<float> x, std::int64_t rows, std::int64_t heads, std::int64_t head_dim,
                        std::span<const std::int32_t> positions, std::span<const float> cos_table,
                        std::span<const float> sin_table) {
+  if (head_dim < 2 || head_dim % 2 != 0) {
+    throw std::invalid_argument(fmt::format("cuda backend: rope needs an even head_dim of at least 2, not {}", head_dim));
+  }
   const std::int64_t half = head_dim / 2;
   check_size(x.size(), rows * heads * head_dim, "rope input");
   check_size(positions.size(), rows, "rope positions");
+  check_size(sin_table.size(), static_cast<std::int64_t>(cos_table.size()), "rope sin table");
   const auto table_rows = static_cast<std::int64_t>(cos_table.size()) / half;
   for (const std::int32_t p : positions) {
     if (p < 0 || p >= table_rows) throw std::invalid_argument("cuda backend: rope position outside the table");

@@ -3,11 +3,20 @@
 
 #include <span>
 #include <stdexcept>
+#include <string>
 
 #include "kernels/cpu/exclusive_scan.h"
 #include "kernels/cpu/parallel_for.h"
 
 namespace kvcheck {
+
+void check_recycled_in_use(std::int64_t total_recycled, std::int64_t pool, FreeRun run, const char* what) {
+  if (total_recycled > pool - run.free_count) {
+    throw std::invalid_argument(std::string(what) + ": " + std::to_string(total_recycled) +
+                                " recycled ids but only " + std::to_string(pool - run.free_count) + " of the pool's " +
+                                std::to_string(pool) + " are in use");
+  }
+}
 
 CompactIdsResult compact_ids(std::int32_t* list, std::int64_t pool, FreeRun run, const std::int64_t* alloc_counts,
                              const std::int64_t* recycle_counts, std::int64_t heads, const std::int32_t* freed,
@@ -19,6 +28,7 @@ CompactIdsResult compact_ids(std::int32_t* list, std::int64_t pool, FreeRun run,
   r.run = run;
   r.total_allocated = kvcheck::exclusive_scan({alloc_counts, n}, {alloc_offsets, n}, threads);
   r.total_recycled = kvcheck::exclusive_scan({recycle_counts, n}, {recycle_offsets, n}, threads);
+  check_recycled_in_use(r.total_recycled, pool, run, "compact_ids");
   if (r.total_allocated > run.free_count || run.free_count - r.total_allocated + r.total_recycled > pool) return r;
   auto wrap = [pool](std::int64_t p) { return static_cast<std::size_t>(p % pool); };
   const std::int64_t end = run.start + run.free_count;

@@ -34,9 +34,14 @@ struct CompactIdsResult {
 // allocated: out, the allocated ids head after head ([sum alloc_counts]);
 // alloc_offsets, recycle_offsets: out, [heads], the exclusive scans of the counts.
 // Raw pointers (nvcc compiles callers of the CUDA twin's header as C++17).
+// A round may recycle at most the pool - free_count ids in use: more would write past the used
+// region onto the ids being allocated. That is a caller's bug: std::invalid_argument.
 CompactIdsResult compact_ids(std::int32_t* list, std::int64_t pool, FreeRun run, const std::int64_t* alloc_counts,
                              const std::int64_t* recycle_counts, std::int64_t heads, const std::int32_t* freed,
                              std::int32_t* allocated, std::int64_t* alloc_offsets, std::int64_t* recycle_offsets,
                              int threads = 1);
+
+// Throws std::invalid_argument, naming `what`, when total_recycled exceeds the ids in use.
+void check_recycled_in_use(std::int64_t total_recycled, std::int64_t pool, FreeRun run, const char* what);
 
 }  // namespace kvcheck

@@ -71,6 +71,7 @@ CompactIdsResult compact_ids_cuda(std::int32_t* list, std::int64_t pool, FreeRun
   CompactIdsResult r;
   r.run = run;
   if (heads == 0) {
+    r.run.start = run.start % pool;  // as the CPU twin
     r.ok = true;
     return r;
   }
@@ -83,6 +84,7 @@ CompactIdsResult compact_ids_cuda(std::int32_t* list, std::int64_t pool, FreeRun
   d_ro.download(recycle_offsets);
   r.total_allocated = alloc_offsets[heads - 1] + alloc_counts[heads - 1];
   r.total_recycled = recycle_offsets[heads - 1] + recycle_counts[heads - 1];
+  check_recycled_in_use(r.total_recycled, pool, run, "compact_ids_cuda");
   if (r.total_allocated > run.free_count || run.free_count - r.total_allocated + r.total_recycled > pool) return r;
   DeviceBuffer<std::int32_t> d_list(pool), d_freed(r.total_recycled), d_alloc(r.total_allocated);
   d_list.upload(list);

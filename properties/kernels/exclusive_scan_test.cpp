@@ -5,6 +5,8 @@
 
 #include <numeric>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/compaction_ids.h"
@@ -62,6 +64,27 @@ TEST(CompactIds, HandComputedRoundWrapsAtThePoolEnd) {
   EXPECT_EQ(list, (std::vector<std::int32_t>{0, 1, 4, 2, 5, 5, 6, 7}));  // freed at positions 2, 3, 4
   EXPECT_EQ(r.run.start, 1);  // 6 + 3 wrapped
   EXPECT_EQ(r.run.free_count, 4);  // 4 - 3 + 3: the free run is positions 1..4 = 1, 4, 2, 5
+}
+
+TEST(CompactIds, RecyclingMoreIdsThanAreInUseIsRefused) {
+  // Pool of 4, every id free: no head can return an id. Were 2 recycled ids accepted, their
+  // writes at the end pointer would wrap onto [start, start + 2), which head 1 is reading in the
+  // same round (a race on the GPU, where heads are thread blocks).
+  std::vector<std::int32_t> list{0, 1, 2, 3};
+  const std::vector<std::int32_t> before = list;
+  const std::vector<std::int64_t> alloc{0, 2}, recycle{2, 0};
+  const std::vector<std::int32_t> freed{0, 1};
+  std::vector<std::int32_t> allocated(2);
+  std::vector<std::int64_t> ao(2), ro(2);
+  try {
+    compact_ids(list.data(), 4, {0, 4}, alloc.data(), recycle.data(), 2, freed.data(), allocated.data(), ao.data(),
+                ro.data());
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("2 recycled ids but only 0 of the pool's 4 are in use"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(list, before);
 }
 
 TEST(CompactIds, ExhaustionChangesNothing) {
