@@ -81,8 +81,9 @@ class Block(torch.nn.Module):
         rep = self.n_heads // self.n_kv
         k = k.repeat_interleave(rep, dim=1)
         v = v.repeat_interleave(rep, dim=1)
-        att = (q @ k.transpose(-1, -2)) / math.sqrt(self.hd) + mask
-        y = torch.softmax(att, dim=-1) @ v
+        att = torch.softmax((q @ k.transpose(-1, -2)) / math.sqrt(self.hd) + mask, dim=-1)
+        self.first_token_mass = att[..., 0]  # [batch, heads, queries]: read by --sink-weight and validate()
+        y = att @ v
         x = x + self.o_proj(y.transpose(1, 2).reshape(b, t, -1))
         n = self.post_attention_layernorm(x)
         return x + self.down_proj(F.silu(self.gate_proj(n)) * self.up_proj(n))
@@ -316,10 +317,40 @@ def validate(model, data, a):
                 ok += int(all(pred[len(p) - 1 + j].item() == ans[j] for j in range(len(ans))))
             correct[f"{kind}@{length}"] = ok / a.val_items
     model.train()
-    return float(np.mean(losses)), correct
+    return float(np.mean(losses)), correct, first_token_mass(model, data, a)
+
+
+@torch.no_grad()
+def first_token_mass(model, data, a):
+    """Mean attention on <s> over the last quarter of the queries of held-out windows that start
+    with <s>, per layer and KV head (the group's query heads averaged), as `kvcheck eval --task
+    attention` measures it."""
+    rng = random.Random(54321)
+    rows = [[1] + data.natural(rng, a.ctx - 1, data.held) for _ in range(a.val_windows)]
+    model(torch.tensor(rows, device=a.device))
+    last = a.ctx // 4
+    out = []
+    for l in model.layers:
+        m = l.first_token_mass[:, :, -last:].mean(dim=(0, 2))  # per query head
+        out.append([round(x, 4) for x in m.view(l.n_kv, -1).mean(-1).tolist()])
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
+
+
+def sink_term(model, a):
+    """The sink-shaping term of --sink-weight, in nats: how far each query head's attention on the
+    first token (<s>) falls short of --sink-target, max(0, log(target) - log(p0)), averaged over
+    the queries after the first and over the heads of the layers from --sink-from-layer on. Every
+    head is pushed by the same amount, so a head with nothing better to attend to parks its
+    attention on <s>, while one whose content lowers the language-model loss more than the term
+    costs keeps attending to it: the model, not the term, decides which heads become sinks."""
+    terms = []
+    for l in model.layers[a.sink_from_layer:]:
+        p0 = l.first_token_mass[:, :, 1:]  # [batch, heads, queries]
+        terms.append(torch.relu(math.log(a.sink_target) - torch.log(p0 + 1e-9)).mean())
+    return torch.stack(terms).mean()
 
 
 def main():
@@ -362,6 +393,12 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu", help="cpu, or cuda to train on a GPU (same float32 computation)")
     ap.add_argument("--seed", type=int, default=20261122)
+    ap.add_argument("--sink-weight", type=float, default=0.0,
+                    help="weight of the sink-shaping term (see sink_term); 0: off")
+    ap.add_argument("--sink-target", type=float, default=0.75,
+                    help="attention on <s> above which a query is not pushed further")
+    ap.add_argument("--sink-from-layer", type=int, default=1,
+                    help="first layer the sink-shaping term applies to")
     a = ap.parse_args()
 
     a.task_kinds = [k for k in a.task_kinds.split(",") if k]
@@ -400,6 +437,8 @@ def main():
         logits = model(x)
         loss_tok = F.cross_entropy(logits.reshape(-1, a.vocab), y.reshape(-1), reduction="none")
         loss = (loss_tok * w.reshape(-1)).sum() / w.sum()
+        if a.sink_weight > 0:
+            loss = loss + a.sink_weight * sink_term(model, a)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -410,11 +449,11 @@ def main():
             print(f"step {step} loss {loss.item():.3f} lr {lr_at(step):.2e} {tokens / el:.0f} tok/s "
                   f"elapsed {el / 60:.1f} min", flush=True)
         if (step + 1) % a.eval_every == 0 or step + 1 == a.steps:
-            val_loss, acc = validate(model, data, a)
+            val_loss, acc, sink = validate(model, data, a)
             el = time.time() - start
             rec = {"step": step + 1, "elapsed_s": round(el), "train_tokens": tokens,
                    "heldout_loss": round(val_loss, 4), "heldout_ppl": round(math.exp(val_loss), 2),
-                   "retrieval": acc}
+                   "retrieval": acc, "first_token_mass": sink}
             history.append(rec)
             print("eval " + json.dumps(rec), flush=True)
             export(model, a, step + 1, history)

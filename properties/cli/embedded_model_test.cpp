@@ -7,6 +7,13 @@
 // back in its context (94% of the committed set, see datasets/README.md). A regression guard on a
 // stratified subset (every task x length group): each task, and the 512-token bucket, at least
 // 75% exact match. Raise it as the model improves, never lower it without saying why.
+//
+// Attention structure: the structure the compression policies are built on must be there, on
+// the 512-token prompts `kvcheck eval --task attention` uses: a kv head that parks most of its
+// attention on the first token (the sink StreamingLLM keeps), and one that holds 95% of its mass
+// in under a fifth of the context (the sparsity H2O, SnapKV and LeanKV exploit).
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -46,6 +53,28 @@ TEST(EmbeddedModel, RetrievesFarBackTokensInEveryTask) {
   }
   EXPECT_GE(r.at("retrieval").at("by_length").at("512").at("accuracy").get<double>(), 0.75)
       << r.at("retrieval").at("by_length").dump();
+}
+
+TEST(EmbeddedModel, HasASinkHeadAndASparseHead) {
+  testing::TempDir dir;
+  const auto out = dir / "eval.json";
+  const testing::CliRun run =
+      testing::run_kvcheck("eval --quiet --task attention --limit 3 --json " + testing::shell_quote(out));
+  ASSERT_EQ(run.code, 0) << run.output;
+  const auto r = nlohmann::json::parse(testing::read_file(out));
+  const auto& a = r.at("attention");
+  EXPECT_EQ(a.at("length_bucket").get<int>(), 512);
+  EXPECT_EQ(a.at("prompts").get<int>(), 3);
+  double best_sink = 0.0;
+  double best_sparse = 1.0;
+  for (const auto& h : a.at("heads")) {
+    best_sink = std::max(best_sink, h.at("first_token_mass").get<double>());
+    best_sparse = std::min(best_sparse, h.at("frac_for_95").get<double>());
+  }
+  EXPECT_GT(best_sink, 0.5) << "no kv head puts most of its attention on the first token: " << a.at("heads").dump();
+  EXPECT_FALSE(a.at("sink_heads").empty()) << a.dump();
+  EXPECT_LT(best_sparse, 0.2) << "no kv head holds 95% of its attention in under 20% of the context: "
+                              << a.at("heads").dump();
 }
 
 }  // namespace
