@@ -13,6 +13,7 @@
 // attention on the first token (the sink StreamingLLM keeps), and one that holds 95% of its mass
 // in under a fifth of the context (the sparsity H2O, SnapKV and LeanKV exploit).
 #include <algorithm>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -24,12 +25,22 @@
 namespace kvcheck {
 namespace {
 
-TEST(EmbeddedModel, PerplexityFiveTimesBelowUnigram) {
+// `kvcheck eval --quiet ARGS --json FILE` on the embedded model: FILE parsed, or null after a
+// test failure that shows the command's output when it exits non-zero.
+nlohmann::json run_eval(const std::string& args) {
   testing::TempDir dir;
   const auto out = dir / "eval.json";
-  const testing::CliRun run = testing::run_kvcheck("eval --quiet --task ppl --limit 3 --json " + testing::shell_quote(out));
-  ASSERT_EQ(run.code, 0) << run.output;
-  const auto r = nlohmann::json::parse(testing::read_file(out));
+  const testing::CliRun run = testing::run_kvcheck("eval --quiet " + args + " --json " + testing::shell_quote(out));
+  if (run.code != 0) {
+    ADD_FAILURE() << "kvcheck eval " << args << " exited " << run.code << ":\n" << run.output;
+    return nullptr;
+  }
+  return nlohmann::json::parse(testing::read_file(out));
+}
+
+TEST(EmbeddedModel, PerplexityFiveTimesBelowUnigram) {
+  const auto r = run_eval("--task ppl --limit 3");
+  ASSERT_FALSE(r.is_null());
   const double ppl = r.at("perplexity").get<double>();
   const double unigram = r.at("unigram_perplexity").get<double>();
   EXPECT_GT(r.at("ppl").at("predicted_tokens").get<double>(), 5000);
@@ -38,14 +49,10 @@ TEST(EmbeddedModel, PerplexityFiveTimesBelowUnigram) {
 }
 
 TEST(EmbeddedModel, RetrievesFarBackTokensInEveryTask) {
-  testing::TempDir dir;
-  const auto out = dir / "eval.json";
   // 36 items: 3 of each (task, length bucket) group, lengths 128 .. 512. The committed model
   // answers 35 of them; the bars leave room for one or two items to flip with a retrained model.
-  const testing::CliRun run =
-      testing::run_kvcheck("eval --quiet --task retrieval --limit 36 --json " + testing::shell_quote(out));
-  ASSERT_EQ(run.code, 0) << run.output;
-  const auto r = nlohmann::json::parse(testing::read_file(out));
+  const auto r = run_eval("--task retrieval --limit 36");
+  ASSERT_FALSE(r.is_null());
   const auto& by_task = r.at("retrieval").at("by_task");
   for (const char* task : {"passkey", "needle", "kv"}) {
     EXPECT_EQ(by_task.at(task).at("total").get<int>(), 12) << task;
@@ -56,12 +63,8 @@ TEST(EmbeddedModel, RetrievesFarBackTokensInEveryTask) {
 }
 
 TEST(EmbeddedModel, HasASinkHeadAndASparseHead) {
-  testing::TempDir dir;
-  const auto out = dir / "eval.json";
-  const testing::CliRun run =
-      testing::run_kvcheck("eval --quiet --task attention --limit 3 --json " + testing::shell_quote(out));
-  ASSERT_EQ(run.code, 0) << run.output;
-  const auto r = nlohmann::json::parse(testing::read_file(out));
+  const auto r = run_eval("--task attention --limit 3");
+  ASSERT_FALSE(r.is_null());
   const auto& a = r.at("attention");
   EXPECT_EQ(a.at("length_bucket").get<int>(), 512);
   EXPECT_EQ(a.at("prompts").get<int>(), 3);
