@@ -22,9 +22,9 @@ AccuracyInputs prepare_accuracy_inputs(const ReferenceModel& model, const std::f
   text_args.feed = "text";
   in.prompts = make_prompts(text_args, dir, c, in.origin);
   in.prompt_tokens = args.prompt_tokens;
-  const std::filesystem::path tok = dir / "tokenizer.model";
-  if (args.sweep_retrieval > 0 && std::filesystem::exists(tok)) {
-    const Tokenizer tokenizer = Tokenizer::load(tok);
+  const std::optional<Tokenizer> tokenizer_found = args.sweep_retrieval > 0 ? Tokenizer::find(dir) : std::nullopt;
+  if (tokenizer_found) {
+    const Tokenizer& tokenizer = *tokenizer_found;
     const std::filesystem::path file = datasets_dir() / "eval" / "retrieval.jsonl";
     const std::vector<RetrievalItem> items = retrieval_subset(load_retrieval(file), args.sweep_retrieval);
     std::int64_t longest_skipped = 0;

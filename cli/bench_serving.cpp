@@ -42,10 +42,10 @@ namespace {
 std::vector<std::int32_t> prompt_text(const std::filesystem::path& dir, const ModelConfig& c, std::uint64_t seed,
                                       std::string& origin) {
   std::vector<std::int32_t> text;
-  const std::filesystem::path tok = dir / "tokenizer.model";
   const std::filesystem::path heldout = datasets_dir() / "eval" / "heldout.jsonl";
-  if (!dir.empty() && std::filesystem::exists(tok) && std::filesystem::exists(heldout)) {
-    const Tokenizer tokenizer = Tokenizer::load(tok);
+  const std::optional<std::filesystem::path> tok = Tokenizer::find_file(dir);
+  if (tok && std::filesystem::exists(heldout)) {
+    const Tokenizer tokenizer = Tokenizer::load(*tok);
     for (const HeldoutDocument& d : load_heldout(heldout)) {
       const std::vector<std::int32_t> ids = tokenizer.encode(d.text, false);
       text.insert(text.end(), ids.begin(), ids.end());
@@ -57,7 +57,7 @@ std::vector<std::int32_t> prompt_text(const std::filesystem::path& dir, const Mo
   std::mt19937_64 rng(seed);
   const auto ids = static_cast<std::uint64_t>(std::max<std::int64_t>(c.vocab_size - 3, 1));
   for (int i = 0; i < 65536; ++i) text.push_back(static_cast<std::int32_t>(3 + rng() % ids));
-  origin = dir.empty() ? "seeded random ids (dummy weights)" : "seeded random ids (the model has no tokenizer.model)";
+  origin = dir.empty() ? "seeded random ids (dummy weights)" : "seeded random ids (the model has no tokenizer)";
   return text;
 }
 

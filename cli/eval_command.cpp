@@ -119,7 +119,11 @@ int run_eval(const EvalArgs& args) {
   if (do_retrieval || do_attention) items = load_retrieval(retrieval);
 
   const ReferenceModel model = ReferenceModel::load(dir);
-  const Tokenizer tokenizer = Tokenizer::load(dir / "tokenizer.model");
+  const std::optional<Tokenizer> tokenizer_found = Tokenizer::find(dir);
+  if (!tokenizer_found) {
+    throw input_error(dir.string(), "tokenizer", "eval needs the model's tokenizer (tokenizer.json or tokenizer.model)");
+  }
+  const Tokenizer& tokenizer = *tokenizer_found;
   const std::int64_t max_pos = model.config().max_position_embeddings;
   const std::int64_t context = args.context.value_or(std::min(max_pos, kDefaultContext));
   if (context < 2 || context > max_pos) {

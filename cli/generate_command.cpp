@@ -81,13 +81,13 @@ int run_generate(const GenerateArgs& args) {
     throw input_error("request", "prompt", "empty prompt: give --prompt TEXT or --ids 1,2,3");
   }
   const ReferenceModel model = ReferenceModel::load(dir);
-  const std::filesystem::path tokenizer_path = dir / "tokenizer.model";
-  std::optional<Tokenizer> tokenizer;
-  if (std::filesystem::exists(tokenizer_path)) tokenizer = Tokenizer::load(tokenizer_path);
+  const std::optional<Tokenizer> tokenizer = Tokenizer::find(dir);
 
   std::vector<std::int32_t> prompt;
   if (!args.prompt.empty()) {
-    if (!tokenizer) throw input_error(tokenizer_path.string(), "tokenizer.model", "--prompt needs a tokenizer; use --ids");
+    if (!tokenizer) {
+      throw input_error(dir.string(), "tokenizer", "--prompt needs a tokenizer (tokenizer.json or tokenizer.model); use --ids");
+    }
     prompt = tokenizer->encode(args.prompt, !args.no_bos);
   } else {
     for (std::size_t i = 0; i < ids.size(); ++i) {

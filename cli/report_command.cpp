@@ -128,9 +128,8 @@ int run_report(const ReportArgs& args) {
   AccuracyInputs inputs = prepare_accuracy_inputs(model, dir, run);
   if (inputs.origin.starts_with("random ids")) {
     fmt::print(stderr,
-               "kvcheck report: warning: {} has no tokenizer.model: the prompts are seeded random token ids (seed "
-               "{}), not held-out text, and the retrieval items are skipped (kvcheck reads a SentencePiece "
-               "tokenizer.model, not tokenizer.json)\n",
+               "kvcheck report: warning: {} has no tokenizer (tokenizer.json or tokenizer.model): the prompts are "
+               "seeded random token ids (seed {}), not held-out text, and the retrieval items are skipped\n",
                dir.string(), run.seed);
   }
 

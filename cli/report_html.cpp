@@ -71,7 +71,7 @@ namespace {
 // `top` rounded up to a multiple of `step` (a small tolerance keeps an exact multiple where it is).
 double round_up(double top, double step) { return std::ceil(top / step - 1e-9) * step; }
 
-// The text prompts: held-out text, or seeded random ids when the model has no tokenizer.model
+// The text prompts: held-out text, or seeded random ids when the model has no tokenizer
 // (reference.prompt_source, as verify_prompts.cpp names it); then no retrieval items either.
 bool random_prompts(const nlohmann::json& report) {
   const nlohmann::json& ref = report.at("reference");
@@ -81,10 +81,10 @@ bool random_prompts(const nlohmann::json& report) {
 
 // What random prompts mean for the numbers below them.
 std::string random_prompts_note(const nlohmann::json& report) {
-  return fmt::format("Warning: no tokenizer.model ({}): the prompts are seeded random token ids, not text, and the "
+  return fmt::format("Warning: no tokenizer ({}): the prompts are seeded random token ids, not text, and the "
                      "retrieval items are skipped. KL and top-1 then say how close the engine stays to the reference, "
-                     "not how a policy does on language. kvcheck reads a SentencePiece tokenizer.model; a "
-                     "tokenizer.json alone is not read.",
+                     "not how a policy does on language. kvcheck reads a Hugging Face tokenizer.json or a "
+                     "SentencePiece tokenizer.model from the model directory.",
                      report.at("reference").at("prompt_source").get<std::string>());
 }
 
@@ -95,7 +95,7 @@ std::string inputs_phrase(const nlohmann::json& report, const char* times, const
   return fmt::format("{} {} {} ({} + {}) tokens{}{}", st.at("prompts").get<std::int64_t>(),
                      random ? "prompts of seeded random token ids" : "held-out prompts", times,
                      st.at("prompt_tokens").get<std::int64_t>(), st.at("continuation_tokens").get<std::int64_t>(), sep,
-                     random ? std::string("retrieval skipped (the model has no tokenizer.model)")
+                     random ? std::string("retrieval skipped (the model has no tokenizer)")
                             : fmt::format("{} retrieval items", st.at("retrieval_items").get<std::int64_t>()));
 }
 

@@ -18,9 +18,8 @@ std::vector<Prompt> make_prompts(const VerifyArgs& args, const std::filesystem::
                       args.prompt_tokens, args.feed == "text" ? " plus the fed text" : "", c.max_position_embeddings);
   }
   std::vector<Prompt> prompts;
-  const std::filesystem::path tok = dir / "tokenizer.model";
-  if (std::filesystem::exists(tok)) {
-    const Tokenizer tokenizer = Tokenizer::load(tok);
+  if (const std::optional<Tokenizer> tokenizer_found = Tokenizer::find(dir)) {
+    const Tokenizer& tokenizer = *tokenizer_found;
     const std::filesystem::path heldout = datasets_dir() / "eval" / "heldout.jsonl";
     origin = heldout.string();
     std::vector<std::vector<std::int32_t>> docs;
@@ -46,7 +45,7 @@ std::vector<Prompt> make_prompts(const VerifyArgs& args, const std::filesystem::
       }
     }
   } else {
-    origin = fmt::format("random ids, seed {} (no {})", args.seed, tok.string());
+    origin = fmt::format("random ids, seed {} (no tokenizer.json or tokenizer.model in {})", args.seed, dir.string());
     std::mt19937_64 rng(args.seed);
     std::uniform_int_distribution<std::int32_t> id(0, static_cast<std::int32_t>(c.vocab_size - 1));
     for (std::int64_t p = 0; p < args.prompts; ++p) {
