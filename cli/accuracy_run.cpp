@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <set>
 
 #include <fmt/format.h>
 
 #include "cli/engine_options.h"
+#include "cli/fp8_calibration.h"
 #include "cli/verify_step_oracle.h"
 #include "optimized/engine.h"
 #include "reference/errors.h"
@@ -81,9 +83,14 @@ AccuracyRow measure_accuracy(const ReferenceModel& model, const AccuracyInputs& 
   const auto V = static_cast<std::size_t>(c.vocab_size);
   const std::int64_t P = inputs.prompt_tokens;
   const double fp16_bytes_per_token = tier_bytes_per_token({fp16_format(), fp16_format()}, c.head_dim);
-  std::unique_ptr<Engine> engine = make_engine(model, single_request_engine_options(args, spec));
+  const std::string run_spec = resolve_fp8_calibration(
+      model, args.model.empty() ? datasets_dir() / "models" / "kvcheck-tiny" : std::filesystem::path(args.model), args,
+      spec);
+  std::unique_ptr<Engine> engine = make_engine(model, single_request_engine_options(args, run_spec));
   AccuracyRow row;
   row.name = engine->policy->name();
+  // fp8:scale=page: each FP8 page's two fp32 scales (keys, values) count with the page's tokens.
+  const bool page_scales = engine->policy->fp8_scale() == Fp8Scale::kPage;
   // Bytes and tokens held at each head's latest decode step.
   struct Held {
     double bytes = 0.0;
@@ -98,10 +105,13 @@ AccuracyRow measure_accuracy(const ReferenceModel& model, const AccuracyInputs& 
     if (s.layer == 0 && s.kv_head == 0) fragmentation.push_back(engine->cache->manager().stats().internal_fragmentation);
     engine->cache->live_tokens(s.request, s.layer, s.kv_head, live, slots);
     Held h;
+    std::set<std::pair<int, std::int64_t>> pages;
     for (const SlotRef& r : slots) {
       h.bytes += tier_bytes_per_token(engine->cache->tiers()[static_cast<std::size_t>(r.tier)].tier, c.head_dim);
       ++(r.tier == 0 ? h.high : h.low);
+      if (page_scales && r.tier == kLowTier) pages.insert({r.tier, r.page_index});
     }
+    h.bytes += static_cast<double>(pages.size() * 2 * sizeof(float));
     head_held[{s.layer, s.kv_head}] = h;
   };
   engine->runner->set_trace(&trace);
@@ -154,6 +164,9 @@ AccuracyRow measure_accuracy(const ReferenceModel& model, const AccuracyInputs& 
     }
   }
   engine->runner->set_trace(nullptr);
+  row.stores_fp8 = stores_fp8(*engine->policy);
+  row.fp8_saturated = engine->cache->fp8_saturated();  // over the text prompts
+  row.fp8_stored = engine->cache->fp8_stored();
   for (std::size_t i = 0; retrieval && i < inputs.retrieval.size(); ++i) {
     const RetrievalCase& rc = inputs.retrieval[i];
     EngineGenerateOptions eg;
@@ -180,7 +193,7 @@ AccuracyRow measure_accuracy(const ReferenceModel& model, const AccuracyInputs& 
   }
 
   if (oracle_prompts > 0) {
-    std::unique_ptr<Engine> checked = make_engine(model, single_request_engine_options(args, spec));
+    std::unique_ptr<Engine> checked = make_engine(model, single_request_engine_options(args, run_spec));
     VerifyStepOracle oracle(*checked);
     const auto n = std::min<std::size_t>(static_cast<std::size_t>(oracle_prompts), inputs.prompts.size());
     for (std::size_t p = 0; p < n; ++p) {

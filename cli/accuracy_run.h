@@ -80,6 +80,10 @@ struct AccuracyRow {
   std::map<std::int64_t, AccuracyCounter> by_length;
   std::map<std::string, AccuracyCounter> by_task;
   std::int64_t oracle_checks = 0, oracle_violations = 0;  // 0 and 0 when the oracle did not run
+  // A policy storing FP8: the elements stored over the text prompts, and those that saturated
+  // (PagedKvCache::fp8_saturated).
+  bool stores_fp8 = false;
+  std::int64_t fp8_saturated = 0, fp8_stored = 0;
   double wall_s = 0.0;
 };
 

@@ -188,6 +188,14 @@ int run_report(const ReportArgs& args) {
                 {"oracle_checks", row.oracle_checks},
                 {"oracle_violations", row.oracle_violations},
                 {"wall_s", row.wall_s}});
+      if (row.stores_fp8) {
+        j.update({{"fp8_saturated", row.fp8_saturated}, {"fp8_stored", row.fp8_stored}});
+        if (row.fp8_saturated > 0) {
+          fmt::print(stderr, "kvcheck report: warning: {}: {} of {} FP8 key/value elements saturated (beyond 448 x "
+                     "their head's scale, clamped); fp8:scale=page or fp8:scale=calibrated avoid it\n",
+                     row.name, row.fp8_saturated, row.fp8_stored);
+        }
+      }
       rows.push_back(std::move(j));
       bar.update(static_cast<std::int64_t>(i + 1), static_cast<std::int64_t>(configs.size()));
     }

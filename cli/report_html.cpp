@@ -88,6 +88,22 @@ std::string random_prompts_note(const nlohmann::json& report) {
                      report.at("reference").at("prompt_source").get<std::string>());
 }
 
+// One warning per row whose FP8 keys or values saturated (fp8_saturated > 0; the field is only in
+// rows of policies that store FP8).
+std::vector<std::string> fp8_saturation_notes(const nlohmann::json& report) {
+  std::vector<std::string> notes;
+  for (const nlohmann::json& r : report.at("rows")) {
+    if (!r.contains("fp8_saturated") || r.at("fp8_saturated").get<std::int64_t>() == 0) continue;
+    notes.push_back(fmt::format(
+        "Warning: {}: {} of {} FP8 key/value elements saturated over the text prompts (beyond 448 x their head's "
+        "scale, clamped), and its numbers include that error. The default fp8 scale is the prompt's amax, which later "
+        "tokens exceed; fp8:scale=page and fp8:scale=calibrated set it otherwise.",
+        r.at("policy").get<std::string>(), r.at("fp8_saturated").get<std::int64_t>(),
+        r.at("fp8_stored").get<std::int64_t>()));
+  }
+  return notes;
+}
+
 // "8 held-out prompts x (128 + 64) tokens; 48 retrieval items" with `times` for the x.
 std::string inputs_phrase(const nlohmann::json& report, const char* times, const char* sep) {
   const nlohmann::json& st = report.at("settings");
@@ -344,6 +360,7 @@ std::string report_markdown(const nlohmann::json& report) {
                               report.at("model").at("path").get<std::string>(), report.at("model").at("hash").get<std::string>(),
                               inputs_phrase(report, "x", ", "), report.at("reference").at("perplexity").get<double>());
   if (random_prompts(report)) s += random_prompts_note(report) + "\n\n";
+  for (const std::string& note : fp8_saturation_notes(report)) s += note + "\n\n";
   const nlohmann::json& ref = report.at("reference");
   if (ref.contains("attention") && ref.at("attention").is_array() && !ref.at("attention").empty()) {
     const nlohmann::json* sparse = nullptr;
@@ -385,6 +402,7 @@ table.wide{font-size:11px}table.wide td{white-space:nowrap}table.wide td:first-c
                    escape(inputs_phrase(report, "×", "; ")), report.at("reference").at("perplexity").get<double>(),
                    escape(report.at("command").get<std::string>()));
   if (random_prompts(report)) s += "<p><strong>" + escape(random_prompts_note(report)) + "</strong></p>";
+  for (const std::string& note : fp8_saturation_notes(report)) s += "<p><strong>" + escape(note) + "</strong></p>";
   s += "<h2>KV bytes against KL divergence</h2><p class=\"note\">Mean KL(P<sub>ref</sub> ‖ P<sub>engine</sub>) per position of the text prompts' continuations (log scale). Ringed points form the Pareto front: nothing holds fewer bytes at lower KL.</p>";
   s += scatter(rows, "kl_mean", "KL mean (log10)", true, true);
   s += "<h2>KV bytes against retrieval accuracy</h2><p class=\"note\">Greedy exact match on the retrieval items; the front: nothing holds fewer bytes at higher accuracy.</p>";

@@ -23,6 +23,7 @@
 #include "cli/json_file.h"
 #include "cli/verify_prompts.h"
 #include "cli/verify_step_oracle.h"
+#include "cli/fp8_calibration.h"
 #include "cli/xkv_calibration.h"
 #include "oracles/accuracy_metrics.h"
 #include "oracles/eval_data.h"
@@ -109,7 +110,8 @@ int run_verify(const VerifyArgs& args) {
       args.model.empty() ? datasets_dir() / "models" / "kvcheck-tiny" : std::filesystem::path(args.model);
   const ReferenceModel model = ReferenceModel::load(dir);
   const ModelConfig& c = model.config();
-  std::unique_ptr<Engine> engine = make_engine(model, single_request_engine_options(args, args.policy));
+  const std::string spec = resolve_fp8_calibration(model, dir, args, args.policy);
+  std::unique_ptr<Engine> engine = make_engine(model, single_request_engine_options(args, spec));
   std::string origin;
   const std::vector<Prompt> prompts = make_prompts(args, dir, c, origin);
   const auto V = static_cast<std::size_t>(c.vocab_size);
@@ -190,6 +192,15 @@ int run_verify(const VerifyArgs& args) {
   fmt::print("  KL mean {:.3e}, p99 {:.3e}, max {:.3e}\n  top-1 agreement {:.4f} over {} positions\n", kl_mean,
              sorted.empty() ? 0.0 : percentile_sorted(sorted, 99.0), sorted.empty() ? 0.0 : sorted.back(), top1,
              positions);
+  const bool fp8 = stores_fp8(*engine->policy);
+  const std::int64_t saturated = engine->cache->fp8_saturated();
+  if (fp8) {
+    fmt::print("  fp8 saturated elements {} of {}\n", saturated, engine->cache->fp8_stored());
+    if (saturated > 0) {
+      fmt::print(stderr, "kvcheck: warning: {}\n",
+                 fp8_saturation_warning(*engine->policy, saturated, engine->cache->fp8_stored()));
+    }
+  }
   if (oracle) {
     for (const std::string& line : oracle->reports()) fmt::print("  {}\n", line);
     const nlohmann::json o = oracle->summary();
@@ -218,6 +229,10 @@ int run_verify(const VerifyArgs& args) {
                         {"top1_agreement", top1},
                         {"per_prompt", per_prompt}};
     if (oracle) j["oracle"] = oracle->summary();
+    if (fp8) {
+      j["fp8_saturated"] = saturated;
+      j["fp8_stored"] = engine->cache->fp8_stored();
+    }
     write_json_atomically(args.json, j, "--json");
   }
   if (oracle && oracle->violations() > 0) {

@@ -73,8 +73,13 @@ void VerifyStepOracle::on_decode_head(const DecodeHeadTrace& s) {
   std::vector<KvTier> tiers;
   for (const TierRead& t : engine_.cache->tiers()) tiers.push_back(t.tier);
   std::vector<float> held_keys, held_values;
-  held_rows_ref(HeldRowsSpec{tiers, engine_.cache->policy().residual_tokens() > 0, prompt_len_, d}, keys, values,
-                tokens, held_keys, held_values);
+  const KvPolicy& policy = engine_.cache->policy();
+  HeldRowsSpec spec{tiers, policy.residual_tokens() > 0, prompt_len_, d};
+  if (policy.fp8_scale() == Fp8Scale::kCalibrated) {
+    for (int part = 0; part < 2; ++part) spec.fp8_fixed_scale[part] = policy.fp8_fixed_scale(s.layer, s.kv_head, part);
+  }
+  if (policy.fp8_scale() == Fp8Scale::kPage) spec.fp8_page_tokens = policy.residual_tokens();
+  held_rows_ref(spec, keys, values, tokens, held_keys, held_values);
   DecodeStepInputs in;
   in.group = c.group_size();
   in.head_dim = d;

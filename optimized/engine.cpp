@@ -28,6 +28,10 @@ std::unique_ptr<Engine> make_engine(const ReferenceModel& model, const EngineOpt
   if (options.device == "cuda") e->backend = std::make_unique<CudaBackend>();
   else e->backend = std::make_unique<CpuBackend>(options.threads);
   e->policy = std::move(policy);
+  {
+    const ModelConfig& c = model.config();
+    e->policy->bind_engine(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, options.page_bytes);
+  }
   e->weights = load_engine_weights(model);
   PagedKvCacheConfig cache;
   cache.page_bytes = options.page_bytes;

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "optimized/eviction_policies.h"
+#include "optimized/fp8_policy.h"
 #include "optimized/kivi_policy.h"
 #include "optimized/leankv_policy.h"
 #include "optimized/spvllm_policy.h"
@@ -151,6 +152,10 @@ class Params {
     }
     return out;
   }
+  std::vector<double> numbers(const std::string& key) const {
+    const auto it = lists_.find(key);
+    return it == lists_.end() ? std::vector<double>{} : it->second;
+  }
   std::int64_t integer(const std::string& key) const { return static_cast<std::int64_t>(values_.at(key)); }
   // InputError unless `ok`.
   void require(bool ok, const std::string& what) const {
@@ -174,6 +179,7 @@ struct Entry {
 const std::vector<Entry>& registry() {
   static const std::vector<Entry> entries = [] {
     std::vector<Entry> e;
+    constexpr double kFloatMin = 1.17549435e-38;  // the smallest normal float: a scale is at least that
     auto uniform = [&](const char* name, const char* description, KvTier tier) {
       e.push_back({name, description, {},
                    [=](const Params&) { return std::make_unique<UniformPolicy>(name, description, tier); }});
@@ -182,9 +188,32 @@ const std::vector<Entry>& registry() {
             {fp32_format(), fp32_format()});
     uniform("full-fp16", "every token kept, keys and values in fp16 (vLLM's default cache)",
             {fp16_format(), fp16_format()});
-    uniform("fp8", "every token kept, keys and values FP8 E4M3 with one fp32 scale per head (the prompt's amax / 448; "
-                   "later tokens beyond it saturate)",
-            {fp8_e4m3_format(), fp8_e4m3_format()});
+    e.push_back({"fp8", "every token kept, keys and values FP8 E4M3 with fp32 scales (optimized/fp8_policy.h)",
+                 {{"scale", 0, 0, 2, true,
+                   "prompt: per head, the prompt's amax / 448 (later tokens beyond it saturate); calibrated: per head, "
+                   "measured on held-out windows before any request; page: per page, each page encoded once full "
+                   "behind an fp16 residual of one page",
+                   false, {"prompt", "calibrated", "page"}},
+                  {"margin", 1, 0.125, 64, false, "calibrated: scale = margin x the windows' amax / 448"},
+                  {"windows", 8, 1, 4096, true, "calibrated: held-out windows after the evaluated ones"},
+                  {"k_scales", 0, kFloatMin, 1e30, false,
+                   "calibrated: key scales, one per layer and kv head (layer major); verify and report measure them",
+                   true},
+                  {"v_scales", 0, kFloatMin, 1e30, false, "calibrated: value scales, as k_scales", true}},
+                 [](const Params& p) {
+                   Fp8Params f;
+                   f.scale = static_cast<Fp8Scale>(p.integer("scale"));
+                   f.margin = p["margin"];
+                   f.windows = p.integer("windows");
+                   f.k_scales = p.numbers("k_scales");
+                   f.v_scales = p.numbers("v_scales");
+                   const bool calibrated = f.scale == Fp8Scale::kCalibrated;
+                   p.require(calibrated || (f.margin == 1 && f.windows == Fp8Params{}.windows &&
+                                            f.k_scales.empty() && f.v_scales.empty()),
+                             "margin, windows, k_scales and v_scales apply to scale=calibrated");
+                   p.require(f.k_scales.size() == f.v_scales.size(), "k_scales and v_scales are given together");
+                   return make_fp8_policy(f);
+                 }});
     uniform("int8", "every token kept, keys and values int8 per token (fp16 scale and zero)",
             {int_format(per_token(8)), int_format(per_token(8))});
     uniform("int4", "every token kept, keys and values int4 per token (fp16 scale and zero)",
@@ -385,9 +414,15 @@ std::vector<std::string> policy_help() {
   return lines;
 }
 
-std::optional<std::string> policy_spec_at_budget(const std::string& name, std::int64_t budget) {
+std::optional<std::string> policy_spec_at_budget(const std::string& spec, std::int64_t budget) {
+  const std::string name = spec.substr(0, spec.find(':'));
   for (const Entry& e : registry()) {
-    if (e.name == name) return e.at_budget ? std::optional<std::string>(e.at_budget(budget)) : std::nullopt;
+    if (e.name != name) continue;
+    if (e.at_budget && name != spec) {
+      throw InputError(fmt::format("policy '{}': a policy with a budget is named without parameters here ('{}'); "
+                                   "its budgets come from the run", name, spec));
+    }
+    return e.at_budget ? std::optional<std::string>(e.at_budget(budget)) : std::nullopt;
   }
   throw InputError(fmt::format("policy '{}': unknown; known policies: {}", name, fmt::join(policy_names(), ", ")));
 }

@@ -8,6 +8,9 @@
 // streaming, h2o, snapkv, pyramidkv) also choose, per (request, layer, kv-head), which prompt tokens to keep
 // after prefill and which token to drop before a decode step adds one.
 //
+// The fp8 policy (optimized/fp8_policy.h) takes its scale as a parameter: the prompt's amax, a
+// calibrated per-head scale, or a scale per page behind an fp16 residual of one page.
+//
 // A policy is named `name` or `name:key=value,key=value` (e.g. `h2o:budget=64,recent=0.25`);
 // `policy_names()` lists the names, `policy_help()` their parameters and defaults.
 #pragma once
@@ -49,6 +52,13 @@ struct PromptSelection {
 
 // What one decode step does to a head besides appending the new token at high: indices into
 // the head's live tokens of one to drop and one high token to move to the low tier.
+// Where an FP8 tier's scales come from (the fp8 policy's `scale` parameter).
+enum class Fp8Scale {
+  kPrompt,      // one per (layer, kv head, keys/values): the prompt's amax / 448; later tokens beyond it saturate
+  kCalibrated,  // one per (layer, kv head, keys/values), fixed before any request (fp8_fixed_scale)
+  kPage,        // one per page: the low tier's pages are encoded whole, each with its own amax / 448
+};
+
 struct StepDecision {
   std::optional<std::size_t> evict;
   std::optional<std::size_t> demote;
@@ -104,6 +114,16 @@ class KvPolicy {
   // `live` (in walk order): the index in `live` of the token to drop, or nullopt to keep them all.
   virtual std::optional<std::size_t> select_victim(std::int32_t layer, std::span<const LiveToken> live,
                                                    std::int32_t new_position) const;
+
+  // --- FP8 scales (the defaults: the prompt's amax, as every policy without FP8 ignores) ---
+  virtual Fp8Scale fp8_scale() const { return Fp8Scale::kPrompt; }
+  // kCalibrated: the scale of keys (part 0) or values (part 1) of a head.
+  virtual float fp8_fixed_scale(std::int32_t /*layer*/, std::int32_t /*head*/, int /*part*/) const { return 0.0f; }
+  // Called by make_engine before a cache is built on the policy, with the model's shape and the
+  // page size: a policy whose residual is one page learns its size here; InputError when the
+  // policy cannot run on that model (calibrated scales of another shape, or none).
+  virtual void bind_engine(std::int64_t /*layers*/, std::int64_t /*kv_heads*/, std::int64_t /*head_dim*/,
+                           std::int64_t /*page_bytes*/) {}
 };
 
 // Registered policy names, in registration order.
@@ -112,7 +132,8 @@ std::vector<std::string> policy_names();
 std::vector<std::string> policy_help();
 // The spec of policy `name` holding about `budget` tokens per head (its budget parameter set,
 // the others at their defaults, adjusted where a default would not fit the budget), or nullopt
-// for a policy that keeps every token. InputError for an unknown name.
+// for a policy that keeps every token (`name` may then be a whole spec, e.g. fp8:scale=page).
+// InputError for an unknown name, or parameters given to a policy with a budget.
 std::optional<std::string> policy_spec_at_budget(const std::string& name, std::int64_t budget);
 // Builds `spec` (`name` or `name:key=value,...`). InputError naming the policy (unknown name,
 // listing the known ones) or the parameter (unknown key, bad or out-of-range value).

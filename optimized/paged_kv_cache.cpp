@@ -76,6 +76,12 @@ PagedKvCache::PagedKvCache(const ModelConfig& model, const KvPolicy& policy, Pag
     : model_(model), policy_(policy), uses_low_tier_(policy.tiers().size() > 1), tiers_(two_tiers(policy.tiers())),
       manager_(manager_config(model, tiers_, config)) {
   for (const KvTier& t : tiers_) tier_reads_.push_back(make_tier_read(t, model.head_dim, config.page_bytes));
+  if (policy.fp8_scale() == Fp8Scale::kPage &&
+      (!uses_low_tier_ || policy.residual_tokens() != manager_.pool().tokens_per_page(kLowTier))) {
+    throw std::logic_error(fmt::format("paged KV cache: policy {} scales FP8 per page, but its residual is not one "
+                                       "page of its low tier ({} tokens): make_engine binds it", policy.name(),
+                                       manager_.pool().tokens_per_page(kLowTier)));
+  }
 }
 
 std::int64_t PagedKvCache::pages_for(std::int64_t tokens) const {
@@ -165,12 +171,32 @@ void PagedKvCache::store_block(std::int64_t request, std::int32_t layer, std::in
         }
       }
     }
-    float scale = 0.0f;
-    float* head_scale = format.dtype == KvDType::kFp8E4M3 ? fp8_scale(request, layer, head, part) : nullptr;
-    if (head_scale) scale = *head_scale;  // 0 at the head's first block: its amax sets it
+    const std::span<const float> x = part == 0 ? keys : values;
     const KvLocation at{layer, head, positions[0], part == 0 ? "key" : "value"};
-    blocks[part] = encode_block(format, part == 0 ? keys : values, n, d, at, scale);
-    if (head_scale) *head_scale = blocks[part].fp8_scale;
+    if (format.dtype != KvDType::kFp8E4M3) {
+      blocks[part] = encode_block(format, x, n, d, at);
+      continue;
+    }
+    fp8_stored_ += static_cast<std::int64_t>(x.size());
+    switch (policy_.fp8_scale()) {
+      case Fp8Scale::kPrompt: {
+        float* head_scale = fp8_scale(request, layer, head, part);
+        const float scale = *head_scale;  // 0 at the head's first block: its amax sets it
+        blocks[part] = encode_block(format, x, n, d, at, scale);
+        if (scale > 0.0f) count_fp8_saturated(x, scale);
+        *head_scale = blocks[part].fp8_scale;
+        break;
+      }
+      case Fp8Scale::kCalibrated: {
+        const float scale = policy_.fp8_fixed_scale(layer, head, part);
+        blocks[part] = encode_block(format, x, n, d, at, scale);
+        count_fp8_saturated(x, scale);
+        break;
+      }
+      case Fp8Scale::kPage:
+        blocks[part] = encode_fp8_pages(format, x, slots, pages, positions, at);
+        break;
+    }
   }
   const EncodedBlock& k = blocks[0];
   const EncodedBlock& v = blocks[1];
@@ -183,6 +209,42 @@ void PagedKvCache::store_block(std::int64_t request, std::int32_t layer, std::in
                                 k.group(i / k.group_tokens));
     }
   }
+}
+
+void PagedKvCache::count_fp8_saturated(std::span<const float> x, float scale) {
+  for (const float v : x) {
+    if (quant::abs_f(quant::div_rn(v, scale)) > quant::kE4M3Max) ++fp8_saturated_;
+  }
+}
+
+EncodedBlock PagedKvCache::encode_fp8_pages(const KvFormat& format, std::span<const float> x,
+                                            std::span<const SlotRef> slots, std::span<const PageId> pages,
+                                            std::span<const std::int32_t> positions, const KvLocation& at) const {
+  const std::int64_t d = model_.head_dim;
+  const auto n = static_cast<std::int64_t>(slots.size());
+  const std::int64_t tpp = manager_.pool().tokens_per_page(kLowTier);
+  EncodedBlock out;
+  out.rows = n;
+  for (std::int64_t first = 0; first < n; first += tpp) {
+    // A page is encoded whole, once: tpp tokens in its slots 0 .. tpp - 1.
+    for (std::int64_t i = first; i < first + tpp; ++i) {
+      if (slots[0].tier != kLowTier || i >= n || pages[static_cast<std::size_t>(i)] != pages[static_cast<std::size_t>(first)] ||
+          slots[static_cast<std::size_t>(i)].slot != i - first) {
+        throw std::logic_error(fmt::format("paged KV cache: layer {} head {}: {} tokens from position {} do not fill "
+                                           "whole FP8 pages of {} slots (fp8:scale=page encodes a page once, whole)",
+                                           at.layer, at.head, n, positions[0], tpp));
+      }
+    }
+    KvLocation page_at = at;
+    page_at.first_token = positions[static_cast<std::size_t>(first)];
+    const EncodedBlock b = encode_block(format, x.subspan(static_cast<std::size_t>(first * d), static_cast<std::size_t>(tpp * d)),
+                                        tpp, d, page_at);
+    out.row_bytes = b.row_bytes;
+    out.slot_meta_bytes = b.slot_meta_bytes;
+    out.codes.insert(out.codes.end(), b.codes.begin(), b.codes.end());
+    out.slot_meta.insert(out.slot_meta.end(), b.slot_meta.begin(), b.slot_meta.end());
+  }
+  return out;
 }
 
 void PagedKvCache::store(std::int64_t request, std::int32_t layer, std::int32_t head, const SlotRef& slot,

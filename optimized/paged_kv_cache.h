@@ -2,8 +2,9 @@
 // through the page manager (optimized/unified_page_manager.h), in the tiers of a policy.
 //
 // Writing tokens encodes their key and value rows into the tier's format (kernels/cpu/page_encode.h:
-// INT per token, per channel group or per channel over G tokens, FP8 with the head's scale, set
-// by its prompt's amax; fp16 rounding to nearest even; fp32 as is) and stores the codes in the
+// INT per token, per channel group or per channel over G tokens, FP8 with the head's scale (set
+// by its prompt's amax, or calibrated) or with each low-tier page's own scale (fp8:scale=page:
+// a page is encoded whole); fp16 rounding to nearest even; fp32 as is) and stores the codes in the
 // page's tiled layout. A residual policy (KIVI, MiniKV) holds its fp16 residual at high and
 // flushes it to the low tier in whole groups; reading hands the decode kernel (kernels/cpu/paged_attention.h) the pages of a head in
 // walk order, high tier first. NaN or infinite keys and values are rejected with an InputError
@@ -16,6 +17,7 @@
 #include <span>
 #include <vector>
 
+#include "kernels/cpu/page_encode.h"
 #include "kernels/cpu/paged_attention.h"
 #include "optimized/kv_policy.h"
 #include "optimized/unified_page_manager.h"
@@ -112,6 +114,12 @@ class PagedKvCache {
   std::int64_t tokens(std::int64_t request) const;
   // Bytes of KV the request holds over all its heads (codes, metadata, scores, positions of its pages).
   std::int64_t bytes_held(std::int64_t request) const;
+  // FP8 elements (keys and values) stored with a scale they exceed, |x| > 448 * scale, and so
+  // clamped to ±448 * scale, since the cache was built: later tokens beyond a prompt's amax, or
+  // beyond a calibrated scale. Per-page scales never saturate.
+  std::int64_t fp8_saturated() const { return fp8_saturated_; }
+  // FP8 elements stored since the cache was built (the count fp8_saturated is out of).
+  std::int64_t fp8_stored() const { return fp8_stored_; }
 
  private:
   void check_finite(std::int64_t request, std::int32_t layer, std::int32_t head, std::span<const std::int32_t> positions,
@@ -128,6 +136,13 @@ class PagedKvCache {
   void store_block(std::int64_t request, std::int32_t layer, std::int32_t head, int tier,
                    std::span<const SlotRef> slots, std::span<const std::int32_t> positions,
                    std::span<const float> keys, std::span<const float> values);
+  // FP8: adds to fp8_saturated_ the elements of x beyond 448 * scale.
+  void count_fp8_saturated(std::span<const float> x, float scale);
+  // fp8:scale=page: rows that fill whole low-tier pages ([n][head_dim], n a multiple of the page's
+  // tokens, slot i of a page holding row i), each page encoded with its own amax / 448.
+  EncodedBlock encode_fp8_pages(const KvFormat& format, std::span<const float> x, std::span<const SlotRef> slots,
+                                std::span<const PageId> pages, std::span<const std::int32_t> positions,
+                                const KvLocation& at) const;
   void store(std::int64_t request, std::int32_t layer, std::int32_t head, const SlotRef& slot,
              std::int32_t position, std::span<const float> key, std::span<const float> value);
 
@@ -140,6 +155,7 @@ class PagedKvCache {
   std::vector<TierRead> tier_reads_;
   UnifiedPageManager manager_;
   std::map<std::int64_t, std::vector<float>> fp8_scales_;  // request -> [layer][kv head][key, value]
+  std::int64_t fp8_saturated_ = 0, fp8_stored_ = 0;
 };
 
 }  // namespace kvcheck

@@ -63,7 +63,9 @@ std::vector<float> row_of(std::span<const float> rows, std::int32_t position, st
 void held_rows_ref(const HeldRowsSpec& spec, std::span<const float> keys, std::span<const float> values,
                    std::span<const HeldToken> held, std::vector<float>& held_keys, std::vector<float>& held_values) {
   const std::int64_t d = spec.head_dim;
-  const float scale[2] = {fp8_head_scale(keys, spec.prompt_len, d), fp8_head_scale(values, spec.prompt_len, d)};
+  const float scale[2] = {
+      spec.fp8_fixed_scale[0] > 0.0f ? spec.fp8_fixed_scale[0] : fp8_head_scale(keys, spec.prompt_len, d),
+      spec.fp8_fixed_scale[1] > 0.0f ? spec.fp8_fixed_scale[1] : fp8_head_scale(values, spec.prompt_len, d)};
   const auto h = held.size();
   held_keys.assign(h * static_cast<std::size_t>(d), 0.0f);
   held_values.assign(held_keys.size(), 0.0f);
@@ -89,9 +91,9 @@ void held_rows_ref(const HeldRowsSpec& spec, std::span<const float> keys, std::s
   }
   if (residual_low.empty()) return;
   const KvTier& low = spec.tiers[1];
-  const std::int64_t G = low.key.spec.token_group();
+  const std::int64_t G = spec.fp8_page_tokens > 0 ? spec.fp8_page_tokens : low.key.spec.token_group();
   if (static_cast<std::int64_t>(residual_low.size()) % G != 0) {
-    throw std::runtime_error(fmt::format("held rows: {} quantized tokens are not whole groups of {}",
+    throw std::runtime_error(fmt::format("held rows: {} quantized tokens are not whole groups (or pages) of {}",
                                          residual_low.size(), G));
   }
   const KvFormat fp16 = fp16_format();
@@ -104,8 +106,10 @@ void held_rows_ref(const HeldRowsSpec& spec, std::span<const float> keys, std::s
       k.insert(k.end(), k16.begin(), k16.end());
       v.insert(v.end(), v16.begin(), v16.end());
     }
-    const std::vector<float> kh = stored_rows_ref(low.key, k, G, d, scale[0]);
-    const std::vector<float> vh = stored_rows_ref(low.value, v, G, d, scale[1]);
+    // A page's own scale (fp8:scale=page), else the head's.
+    const bool page = spec.fp8_page_tokens > 0;
+    const std::vector<float> kh = stored_rows_ref(low.key, k, G, d, page ? fp8_head_scale(k, G, d) : scale[0]);
+    const std::vector<float> vh = stored_rows_ref(low.value, v, G, d, page ? fp8_head_scale(v, G, d) : scale[1]);
     for (std::int64_t r = 0; r < G; ++r) {
       const auto at = static_cast<std::ptrdiff_t>(r * d);
       put(residual_low[first + static_cast<std::size_t>(r)], std::vector<float>(kh.begin() + at, kh.begin() + at + d),

@@ -5,7 +5,10 @@
 //   a demoted token              through the high tier's formats first (LeanKV re-quantizes what
 //                                its high slot holds);
 //   FP8                          with the head's scale: the amax of its prompt rows / 448 (later
-//                                tokens saturate at ±448 · scale);
+//                                tokens saturate at ±448 · scale), or the head's fixed
+//                                (calibrated) scale when given; fp8:scale=page: tier 1 in pages
+//                                of fp8_page_tokens tokens (position order), each with the amax of
+//                                its own fp16-rounded rows / 448;
 //   a residual policy's tier 1   (KIVI, MiniKV) from the fp16-rounded rows; keys per channel over
 //                                groups of G tokens formed by the tier's tokens in position order.
 #pragma once
@@ -29,6 +32,8 @@ struct HeldRowsSpec {
   bool residual = false;          // tier 1 is a residual policy's quantized cache
   std::int64_t prompt_len = 0;    // rows [0, prompt_len) set an FP8 head's scale
   std::int64_t head_dim = 0;
+  float fp8_fixed_scale[2] = {0.0f, 0.0f};  // keys, values: when > 0, the head's calibrated FP8 scales
+  std::int64_t fp8_page_tokens = 0;          // > 0: tier 1 is FP8 encoded a page of this many tokens at a time
 };
 
 // keys, values: exact [context][head_dim]; held: ascending positions. Fills held_keys and

@@ -80,13 +80,15 @@ TEST(VerifyCli, PerStepOracleHoldsForEveryRegisteredPolicy) {
   // The residual policies' defaults (n_r = 128) never flush in 32 steps: smaller residuals do,
   // several times, with groups of 16 and 32 and MiniKV's pyramid.
   for (const char* s : {"kivi2:residual=32", "kivi4:group=16,residual=16", "minikv:budget=40,residual=16",
-                        "minikv:budget=48,pyramid=4,residual=32"}) {
+                        "minikv:budget=48,pyramid=4,residual=32", "fp8:scale=calibrated", "fp8:scale=page"}) {
     specs.emplace_back(s);
   }
   int n = 0;
   for (const std::string& policy : specs) {
     const auto out = dir / (std::to_string(n++) + ".json");
-    const auto run = run_kvcheck("verify --verify-each-step --policy " + testing::shell_quote(policy) +
+    // fp8:scale=page encodes a page once it is full: pages of 16 tokens fill several times.
+    const std::string pages = policy == "fp8:scale=page" ? " --page-bytes 2048" : "";
+    const auto run = run_kvcheck("verify --verify-each-step --policy " + testing::shell_quote(policy) + pages +
                                  " --prompts 3 --prompt-tokens 96 --max-new-tokens 32 --json " + testing::shell_quote(out));
     ASSERT_EQ(run.code, 0) << policy << "\n" << run.output;
     const json j = read_json_file(out);
