@@ -12,6 +12,8 @@ PACKAGES=(
   nlohmann-json3-dev
   libsentencepiece-dev
   sentencepiece
+  libonig-dev
+  libutf8proc-dev
   librapidcheck-dev
   libgtest-dev
   libgmock-dev

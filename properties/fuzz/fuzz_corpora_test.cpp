@@ -40,6 +40,7 @@ TEST(FuzzCorpora, SafetensorsInputsRun) {
 }
 TEST(FuzzCorpora, ConfigInputsRun) { replay("config", fuzz::config); }
 TEST(FuzzCorpora, TokenizerInputsRun) { replay("tokenizer", fuzz::tokenizer); }
+TEST(FuzzCorpora, TokenizerJsonInputsRun) { replay("tokenizer_json", fuzz::tokenizer_json); }
 TEST(FuzzCorpora, PageManagerCommandStreamsRun) { replay("page_manager", fuzz::page_manager); }
 TEST(FuzzCorpora, SchedulerCommandStreamsRun) { replay("scheduler", fuzz::scheduler); }
 TEST(FuzzCorpora, WorkloadJsonlInputsRun) { replay("workload_jsonl", fuzz::workload_jsonl); }

@@ -19,6 +19,9 @@ int config(const std::uint8_t* data, std::size_t size);
 // Tokenizer input: arbitrary bytes (invalid UTF-8 included) encoded with the embedded model's
 // tokenizer.model, and the ids decoded again.
 int tokenizer(const std::uint8_t* data, std::size_t size);
+// A tokenizer.json text (Tokenizer::load from a scratch file); if it loads, fixed strings
+// encoded and decoded, every id inside the vocabulary (tokenizer_json_fuzz.cpp).
+int tokenizer_json(const std::uint8_t* data, std::size_t size);
 // A command stream for the page manager (admit + prompt phase, decode steps with evictions,
 // demotions, flushes and every slot strategy, compaction, finish, preempt) on a pool the first
 // bytes shape; the invariants checked after every command (page_manager_fuzz.cpp).

