@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "oracles/eval_retrieval.h"
 #include "properties/support/test_support.h"
 #include "reference/errors.h"
 #include "reference/tokenizer.h"
@@ -207,6 +208,42 @@ TEST(TokenizerJson, EncodesTheHeldOutSetWellUnderASecond) {
   const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   std::printf("[ encode ] %zu bytes -> %zu tokens: %.3f s CPU, %.3f s wall\n", bytes, tokens, cpu_s, wall_s);
   EXPECT_LT(cpu_s, 1.0);  // CPU time: the wall clock of a shared 2-core machine says little
+}
+
+RetrievalItem passkey_item() {
+  RetrievalItem item;
+  item.id = "passkey-test";
+  item.line = 7;
+  item.prompt = "The pass key is 52445. Remember it. What is the pass key? The pass key is";
+  item.answer = "52445";
+  return item;
+}
+
+TEST(TokenizerJson, RetrievalAnswerIdsAreThoseOfTheContinuation) {
+  const Tokenizer tok = qwen3();
+  const RetrievalItem item = passkey_item();
+  const auto answer = retrieval_answer_ids(tok, item, "retrieval.jsonl:7");
+  // Byte-level BPE: the space before the answer is its first token; the answer alone lacks it.
+  const auto prompt = tok.encode(item.prompt, false);
+  auto whole = prompt;
+  whole.insert(whole.end(), answer.begin(), answer.end());
+  EXPECT_EQ(whole, tok.encode(item.prompt + " " + item.answer, false));
+  EXPECT_NE(answer, tok.encode(item.answer, false));
+  EXPECT_EQ(tok.decode(answer), " 52445");
+  // SentencePiece keeps encode(answer, false): its dummy prefix is the space.
+  const Tokenizer sp = Tokenizer::load(source_path("datasets/tiny/tokenizer.model"));
+  EXPECT_EQ(retrieval_answer_ids(sp, item, "retrieval.jsonl:7"), sp.encode(item.answer, false));
+}
+
+TEST(TokenizerJson, RetrievalAnswerWhoseContinuationChangesThePromptIsAnError) {
+  // No pre-tokenizer and the whole "a b" in the vocabulary: the prompt's "a" is merged with the answer.
+  TempDir dir;
+  const Tokenizer tok = load_json(dir, piece_tokenizer({"a", "b", " ", "a b"}));
+  RetrievalItem item = passkey_item();
+  item.prompt = "a";
+  item.answer = "b";
+  expect_input_error([&] { (void)retrieval_answer_ids(tok, item, "retrieval.jsonl:7"); },
+                     {"retrieval.jsonl:7", "answer", "passkey-test", "not a prefix"});
 }
 
 // ---- bad files ------------------------------------------------------------------------------
