@@ -89,6 +89,46 @@ TEST(TokenizerJson, MetaspacePrependSchemes) {
   EXPECT_EQ(pieces_of(load_json(dir, with("never", false)), "a b"), "a " + u + " b");
 }
 
+TEST(TokenizerJson, DigitsAndGpt2ByteLevelPreTokenizers) {
+  TempDir dir;
+  json digits = piece_tokenizer({"a", "1", "2", "12", "x"});
+  digits["pre_tokenizer"] = {{"type", "Digits"}, {"individual_digits", true}};
+  EXPECT_EQ(pieces_of(load_json(dir, digits), "a12x"), "a 1 2 x");
+  digits["pre_tokenizer"]["individual_digits"] = false;
+  EXPECT_EQ(pieces_of(load_json(dir, digits), "a12x"), "a 12 x");
+  // GPT-2: ByteLevel with add_prefix_space and its own regex; a space is the byte-level U+0120.
+  const std::string g = "\xC4\xA0";
+  json gpt2 = piece_tokenizer({g + "Hello", g + "world", "'s", "!"});
+  gpt2["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"use_regex", true}};
+  EXPECT_EQ(pieces_of(load_json(dir, gpt2), "Hello world's!"), g + "Hello " + g + "world 's !");
+  gpt2["decoder"] = {{"type", "ByteLevel"}};
+  const Tokenizer tok = load_json(dir, gpt2);
+  EXPECT_EQ(tok.decode(tok.encode("Hello world's!", false)), " Hello world's!");
+}
+
+TEST(TokenizerJson, MetaspaceDecoderDropsThePrependedSpaceOnly) {
+  const std::string u = "\xE2\x96\x81";
+  json j = piece_tokenizer({u + "a", u + "b", "c"});
+  j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", u}, {"prepend_scheme", "always"}, {"split", true}};
+  j["decoder"] = {{"type", "Metaspace"}, {"replacement", u}, {"prepend_scheme", "always"}, {"split", true}};
+  TempDir dir;
+  const Tokenizer tok = load_json(dir, j);
+  EXPECT_EQ(tok.encode("a b", false), (std::vector<std::int32_t>{0, 1}));
+  EXPECT_EQ(tok.decode(tok.encode("a b", false)), "a b");
+  EXPECT_EQ(tok.decode(std::vector<std::int32_t>{2, 0, 1}), "c a b");
+}
+
+TEST(TokenizerJson, FindPrefersTokenizerJsonOverTokenizerModel) {
+  TempDir dir;
+  std::filesystem::copy_file(source_path("datasets/tiny/tokenizer.model"), dir / "tokenizer.model");
+  EXPECT_EQ(Tokenizer::find(dir.path())->format(), "sentencepiece");
+  write_file(dir / "tokenizer.json", piece_tokenizer({"a"}).dump());
+  const auto tok = Tokenizer::find(dir.path());
+  ASSERT_TRUE(tok.has_value());
+  EXPECT_EQ(tok->format(), "tokenizer.json");
+  EXPECT_EQ(tok->vocab_size(), 1);
+}
+
 TEST(TokenizerJson, AddedTokenFlags) {
   json j = piece_tokenizer({"a", "b", " ", "c", "<m>", "ab"});
   j["added_tokens"] = json::array({
