@@ -11,6 +11,7 @@
 #include "cli/fp8_calibration.h"
 #include "cli/verify_step_oracle.h"
 #include "optimized/engine.h"
+#include "oracles/eval_retrieval.h"
 #include "reference/errors.h"
 #include "reference/tokenizer.h"
 
@@ -31,7 +32,8 @@ AccuracyInputs prepare_accuracy_inputs(const ReferenceModel& model, const std::f
     const std::vector<RetrievalItem> items = retrieval_subset(load_retrieval(file), args.sweep_retrieval);
     std::int64_t longest_skipped = 0;
     for (const RetrievalItem& it : items) {
-      RetrievalCase rc{it, tokenizer.encode(it.prompt, true), tokenizer.encode(it.answer, false)};
+      RetrievalCase rc{it, tokenizer.encode(it.prompt, true),
+                       retrieval_answer_ids(tokenizer, it, fmt::format("{}:{}", file.string(), it.line))};
       const auto n = static_cast<std::int64_t>(rc.prompt.size() + rc.answer.size());
       if (n > c.max_position_embeddings) {
         // A model with a shorter context than the longest items still gets the items it can run.

@@ -1,5 +1,7 @@
 #include "oracles/eval_retrieval.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "reference/errors.h"
@@ -21,6 +23,20 @@ void check_ids(const ReferenceModel& model, const Tokenizer& tokenizer, std::spa
 
 }  // namespace
 
+std::vector<std::int32_t> retrieval_answer_ids(const Tokenizer& tokenizer, const RetrievalItem& item,
+                                               const std::string& where) {
+  if (tokenizer.format() == "sentencepiece") return tokenizer.encode(item.answer, false);
+  const std::vector<std::int32_t> prompt = tokenizer.encode(item.prompt, false);
+  const std::vector<std::int32_t> whole = tokenizer.encode(item.prompt + " " + item.answer, false);
+  if (whole.size() <= prompt.size() || !std::equal(prompt.begin(), prompt.end(), whole.begin())) {
+    throw input_error(where, "answer",
+                      "item '{}': the prompt's {} tokens are not a prefix of the tokens of prompt + \" \" + answer ({}) "
+                      "with {}; the answer's tokens as a continuation are not defined",
+                      item.id, prompt.size(), whole.size(), tokenizer.path().string());
+  }
+  return {whole.begin() + static_cast<std::ptrdiff_t>(prompt.size()), whole.end()};
+}
+
 RetrievalResult evaluate_retrieval(const ReferenceModel& model, const Tokenizer& tokenizer,
                                    std::span<const RetrievalItem> items, const std::string& file,
                                    const ProgressFn& progress) {
@@ -30,7 +46,7 @@ RetrievalResult evaluate_retrieval(const ReferenceModel& model, const Tokenizer&
   for (const RetrievalItem& item : items) {
     const std::string where = fmt::format("{}:{}", file, item.line);
     prompts.push_back(tokenizer.encode(item.prompt, true));
-    answers.push_back(tokenizer.encode(item.answer, false));
+    answers.push_back(retrieval_answer_ids(tokenizer, item, where));
     check_ids(model, tokenizer, prompts.back(), where, "prompt");
     check_ids(model, tokenizer, answers.back(), where, "answer");
     const auto p = static_cast<std::int64_t>(prompts.back().size());

@@ -1,7 +1,7 @@
 // Exact-match accuracy on the synthetic retrieval tasks (eval_data.h for the file format).
 //
-// Per item: prompt_ids = encode(prompt, add_bos = true), answer_ids = encode(answer,
-// add_bos = false); the model generates answer_ids.size() tokens greedily with its KV cache,
+// Per item: prompt_ids = encode(prompt, add_bos = true), answer_ids = retrieval_answer_ids (the
+// ids the answer gets as the continuation of the prompt); the model generates answer_ids.size() tokens greedily with its KV cache,
 // ignoring EOS; the item is correct iff the generated ids equal answer_ids. Accuracy is reported
 // overall, per length_bucket and per task.
 #pragma once
@@ -37,6 +37,14 @@ struct RetrievalResult {
   std::map<std::int64_t, AccuracyCounter> by_length;  // by length_bucket
   std::map<std::string, AccuracyCounter> by_task;
 };
+
+// The ids the answer gets where it follows its prompt (the text prompt + " " + answer).
+// SentencePiece: encode(answer, false), whose dummy-prefix space is that " ". tokenizer.json
+// (byte-level BPE: the space and merges across the boundary belong to the answer's ids):
+// encode(prompt + " " + answer, false) less the leading encode(prompt, false); InputError naming
+// `where` and the item when the prompt's ids are not a prefix of those, or the answer gets no ids.
+std::vector<std::int32_t> retrieval_answer_ids(const Tokenizer& tokenizer, const RetrievalItem& item,
+                                               const std::string& where);
 
 // Every item is checked before any is run: InputError naming FILE:LINE, the field and the item id
 // when prompt + answer tokens exceed max_position_embeddings or a token is outside the vocabulary.

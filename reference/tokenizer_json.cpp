@@ -339,7 +339,8 @@ class TokenizerJsonBackend final : public TokenizerBackend {
       const std::string at = fmt::format("{}.single[{}]", field, i);
       const json& item = (*single)[i];
       if (!item.is_object() || item.size() != 1) throw input_error(origin_, at, "must be {{\"SpecialToken\": ...}} or {{\"Sequence\": ...}}");
-      const auto& [kind, body] = *item.items().begin();
+      const std::string kind = item.begin().key();
+      const json& body = item.begin().value();
       if (!body.is_object() || !body.contains("id") || !body["id"].is_string()) {
         throw input_error(origin_, at + "." + kind + ".id", "missing or not a string");
       }

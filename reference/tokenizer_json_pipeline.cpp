@@ -66,7 +66,8 @@ class Pattern {
  public:
   Pattern(const json& node, const std::string& file, const std::string& field) {
     if (!node.is_object() || node.size() != 1) throw input_error(file, field, "must be {{\"String\": ...}} or {{\"Regex\": ...}}");
-    const auto& [kind, value] = *node.items().begin();
+    const std::string kind = node.begin().key();
+    const json& value = node.begin().value();
     if (!value.is_string()) throw input_error(file, fmt::format("{}.{}", field, kind), "must be a string");
     if (kind == "String") {
       literal_ = value.get<std::string>();

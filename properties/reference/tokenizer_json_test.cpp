@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "oracles/eval_retrieval.h"
 #include "properties/support/test_support.h"
 #include "reference/errors.h"
 #include "reference/tokenizer.h"
@@ -86,6 +87,46 @@ TEST(TokenizerJson, MetaspacePrependSchemes) {
   EXPECT_EQ(pieces_of(load_json(dir, with("never", true)), "a b"), "a " + u + "b");
   // split false: one piece, cut by the model into its characters (no merges).
   EXPECT_EQ(pieces_of(load_json(dir, with("never", false)), "a b"), "a " + u + " b");
+}
+
+TEST(TokenizerJson, DigitsAndGpt2ByteLevelPreTokenizers) {
+  TempDir dir;
+  json digits = piece_tokenizer({"a", "1", "2", "12", "x"});
+  digits["pre_tokenizer"] = {{"type", "Digits"}, {"individual_digits", true}};
+  EXPECT_EQ(pieces_of(load_json(dir, digits), "a12x"), "a 1 2 x");
+  digits["pre_tokenizer"]["individual_digits"] = false;
+  EXPECT_EQ(pieces_of(load_json(dir, digits), "a12x"), "a 12 x");
+  // GPT-2: ByteLevel with add_prefix_space and its own regex; a space is the byte-level U+0120.
+  const std::string g = "\xC4\xA0";
+  json gpt2 = piece_tokenizer({g + "Hello", g + "world", "'s", "!"});
+  gpt2["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"use_regex", true}};
+  EXPECT_EQ(pieces_of(load_json(dir, gpt2), "Hello world's!"), g + "Hello " + g + "world 's !");
+  gpt2["decoder"] = {{"type", "ByteLevel"}};
+  const Tokenizer tok = load_json(dir, gpt2);
+  EXPECT_EQ(tok.decode(tok.encode("Hello world's!", false)), " Hello world's!");
+}
+
+TEST(TokenizerJson, MetaspaceDecoderDropsThePrependedSpaceOnly) {
+  const std::string u = "\xE2\x96\x81";
+  json j = piece_tokenizer({u + "a", u + "b", "c"});
+  j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", u}, {"prepend_scheme", "always"}, {"split", true}};
+  j["decoder"] = {{"type", "Metaspace"}, {"replacement", u}, {"prepend_scheme", "always"}, {"split", true}};
+  TempDir dir;
+  const Tokenizer tok = load_json(dir, j);
+  EXPECT_EQ(tok.encode("a b", false), (std::vector<std::int32_t>{0, 1}));
+  EXPECT_EQ(tok.decode(tok.encode("a b", false)), "a b");
+  EXPECT_EQ(tok.decode(std::vector<std::int32_t>{2, 0, 1}), "c a b");
+}
+
+TEST(TokenizerJson, FindPrefersTokenizerJsonOverTokenizerModel) {
+  TempDir dir;
+  std::filesystem::copy_file(source_path("datasets/tiny/tokenizer.model"), dir / "tokenizer.model");
+  EXPECT_EQ(Tokenizer::find(dir.path())->format(), "sentencepiece");
+  write_file(dir / "tokenizer.json", piece_tokenizer({"a"}).dump());
+  const auto tok = Tokenizer::find(dir.path());
+  ASSERT_TRUE(tok.has_value());
+  EXPECT_EQ(tok->format(), "tokenizer.json");
+  EXPECT_EQ(tok->vocab_size(), 1);
 }
 
 TEST(TokenizerJson, AddedTokenFlags) {
@@ -207,6 +248,42 @@ TEST(TokenizerJson, EncodesTheHeldOutSetWellUnderASecond) {
   const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   std::printf("[ encode ] %zu bytes -> %zu tokens: %.3f s CPU, %.3f s wall\n", bytes, tokens, cpu_s, wall_s);
   EXPECT_LT(cpu_s, 1.0);  // CPU time: the wall clock of a shared 2-core machine says little
+}
+
+RetrievalItem passkey_item() {
+  RetrievalItem item;
+  item.id = "passkey-test";
+  item.line = 7;
+  item.prompt = "The pass key is 52445. Remember it. What is the pass key? The pass key is";
+  item.answer = "52445";
+  return item;
+}
+
+TEST(TokenizerJson, RetrievalAnswerIdsAreThoseOfTheContinuation) {
+  const Tokenizer tok = qwen3();
+  const RetrievalItem item = passkey_item();
+  const auto answer = retrieval_answer_ids(tok, item, "retrieval.jsonl:7");
+  // Byte-level BPE: the space before the answer is its first token; the answer alone lacks it.
+  const auto prompt = tok.encode(item.prompt, false);
+  auto whole = prompt;
+  whole.insert(whole.end(), answer.begin(), answer.end());
+  EXPECT_EQ(whole, tok.encode(item.prompt + " " + item.answer, false));
+  EXPECT_NE(answer, tok.encode(item.answer, false));
+  EXPECT_EQ(tok.decode(answer), " 52445");
+  // SentencePiece keeps encode(answer, false): its dummy prefix is the space.
+  const Tokenizer sp = Tokenizer::load(source_path("datasets/tiny/tokenizer.model"));
+  EXPECT_EQ(retrieval_answer_ids(sp, item, "retrieval.jsonl:7"), sp.encode(item.answer, false));
+}
+
+TEST(TokenizerJson, RetrievalAnswerWhoseContinuationChangesThePromptIsAnError) {
+  // No pre-tokenizer and the whole "a b" in the vocabulary: the prompt's "a" is merged with the answer.
+  TempDir dir;
+  const Tokenizer tok = load_json(dir, piece_tokenizer({"a", "b", " ", "a b"}));
+  RetrievalItem item = passkey_item();
+  item.prompt = "a";
+  item.answer = "b";
+  expect_input_error([&] { (void)retrieval_answer_ids(tok, item, "retrieval.jsonl:7"); },
+                     {"retrieval.jsonl:7", "answer", "passkey-test", "not a prefix"});
 }
 
 // ---- bad files ------------------------------------------------------------------------------
