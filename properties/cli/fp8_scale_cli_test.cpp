@@ -36,7 +36,7 @@ std::string read_text(const std::filesystem::path& p) {
   return s.str();
 }
 
-// Pages of 2 KiB hold 16 FP8 tokens of the embedded model's 32-channel heads (the 16 KiB
+// Pages of 2 KiB hold 28 FP8 tokens of the embedded model's 32-channel heads (the 16 KiB
 // default holds more than the 65 tokens these runs store, so nothing would be encoded per page).
 constexpr const char* kSmallPages = " --page-bytes 2048";
 

@@ -86,7 +86,7 @@ TEST(VerifyCli, PerStepOracleHoldsForEveryRegisteredPolicy) {
   int n = 0;
   for (const std::string& policy : specs) {
     const auto out = dir / (std::to_string(n++) + ".json");
-    // fp8:scale=page encodes a page once it is full: pages of 16 tokens fill several times.
+    // fp8:scale=page encodes a page once it is full: pages of 28 tokens fill several times.
     const std::string pages = policy == "fp8:scale=page" ? " --page-bytes 2048" : "";
     const auto run = run_kvcheck("verify --verify-each-step --policy " + testing::shell_quote(policy) + pages +
                                  " --prompts 3 --prompt-tokens 96 --max-new-tokens 32 --json " + testing::shell_quote(out));
