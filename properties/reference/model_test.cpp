@@ -3,6 +3,7 @@
 // and every bad model or request is rejected with a message that names it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <string>
@@ -130,6 +131,25 @@ TEST(ReferenceModel, SameSeedSameBytesOtherSeedOtherBytes) {
   const std::string a = testing::read_file(dir / "a" / "model.safetensors");
   EXPECT_EQ(a, testing::read_file(dir / "b" / "model.safetensors"));
   EXPECT_NE(a, testing::read_file(dir / "c" / "model.safetensors"));
+}
+
+// Random weights are drawn in fixed chunks of the generator's sequence, on several threads for a
+// big tensor: value i of a tensor is the same whatever the tensor's size, so the embedding of a
+// 16384-token vocabulary (threaded: 128 chunks) starts with the bytes of a 1024-token one (one
+// thread: 8 chunks). GoldenLogits.FixedRandomModelFixedPrompt pins the sequence itself.
+TEST(ReferenceModel, RandomWeightsDoNotDependOnTensorSizeOrThreads) {
+  testing::TinyShape small_shape;
+  small_shape.vocab = 1024;
+  testing::TinyShape big_shape = small_shape;
+  big_shape.vocab = 16384;
+  const TensorMap small = make_random_weights(tiny_config(small_shape), DType::kF32, 5);
+  const TensorMap big = make_random_weights(tiny_config(big_shape), DType::kF32, 5);
+  const TensorView a = *small.find("model.embed_tokens.weight");
+  const TensorView b = *big.find("model.embed_tokens.weight");
+  ASSERT_EQ(b.bytes.size(), 16 * a.bytes.size());
+  EXPECT_TRUE(std::equal(a.bytes.begin(), a.bytes.end(), b.bytes.begin()));
+  // And the rest is not a repetition of the prefix.
+  EXPECT_FALSE(std::equal(a.bytes.begin(), a.bytes.end(), b.bytes.begin() + static_cast<std::ptrdiff_t>(a.bytes.size())));
 }
 
 TEST(ReferenceModel, ShardedCheckpointEqualsSingleFile) {
