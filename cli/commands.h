@@ -93,8 +93,10 @@ struct MakeModelArgs {
   std::int64_t max_positions = 2048;
   double rope_theta = 10000.0;
   bool tie = false;
-  std::string dtype = "f32";
+  std::string dtype;  // f32, f16 or bf16; empty: f32, or the shape's bf16 with --shape
   std::string tokenizer;
+  std::string tokenizer_json;  // copied to DIR/tokenizer.json (with its tokenizer_config.json, generation_config.json)
+  std::string shape;           // a published shape (reference/dummy_model.h); excludes the shape flags
   std::uint64_t seed = 0;
   std::string out;
 };

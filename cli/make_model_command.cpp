@@ -1,57 +1,142 @@
-// kvcheck make-model: write a random-weight Hugging Face checkpoint.
+// kvcheck make-model: write a random-weight Hugging Face checkpoint, of flags' shape or of a
+// published model's shape (--shape), with a SentencePiece or tokenizer.json tokenizer copied in.
+#include <algorithm>
+#include <array>
 #include <filesystem>
+#include <fstream>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "reference/dummy_model.h"
 #include "reference/errors.h"
 #include "reference/random_model.h"
 #include "reference/tokenizer.h"
 
 namespace kvcheck::cli {
+namespace {
+
+// The files of a Hugging Face tokenizer that sit beside tokenizer.json and are copied with it.
+constexpr std::array<const char*, 2> kTokenizerCompanions{"tokenizer_config.json", "generation_config.json"};
+
+// The number of ids a tokenizer.json can produce: one more than the largest id of model.vocab
+// (an object of token -> id for BPE and WordPiece, an array of [piece, score] for Unigram) and
+// of added_tokens. Read with nlohmann/json only, so that it does not depend on the tokenizer
+// reader accepting the file's model type.
+std::int64_t tokenizer_json_ids(const std::filesystem::path& file) {
+  const std::string origin = file.string();
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw input_error(origin, "tokenizer.json", "cannot open file for reading");
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw input_error(origin, "tokenizer.json", "invalid JSON: {}", e.what());
+  }
+  if (!json.is_object()) throw input_error(origin, "(top level)", "expected a JSON object");
+  std::int64_t ids = 0;
+  const auto id_of = [&](const nlohmann::json& value, const std::string& field) {
+    if (!value.is_number_integer() || value.get<std::int64_t>() < 0) {
+      throw input_error(origin, field, "expected a non-negative integer id, got {}", value.dump());
+    }
+    ids = std::max(ids, value.get<std::int64_t>() + 1);
+  };
+  const auto model = json.find("model");
+  if (model == json.end() || !model->is_object()) throw input_error(origin, "model", "missing or not an object");
+  const auto vocab = model->find("vocab");
+  if (vocab == model->end()) throw input_error(origin, "model.vocab", "missing required field");
+  if (vocab->is_object()) {
+    for (const auto& [token, id] : vocab->items()) id_of(id, "model.vocab[" + nlohmann::json(token).dump() + "]");
+  } else if (vocab->is_array()) {
+    ids = static_cast<std::int64_t>(vocab->size());  // Unigram: the id is the index
+  } else {
+    throw input_error(origin, "model.vocab", "expected an object (token -> id) or an array (Unigram)");
+  }
+  if (const auto added = json.find("added_tokens"); added != json.end() && !added->is_null()) {
+    if (!added->is_array()) throw input_error(origin, "added_tokens", "expected an array");
+    for (std::size_t i = 0; i < added->size(); ++i) {
+      const auto& token = (*added)[i];
+      const std::string field = fmt::format("added_tokens[{}].id", i);
+      if (!token.is_object() || !token.contains("id")) throw input_error(origin, field, "missing required field");
+      id_of(token["id"], field);
+    }
+  }
+  return ids;
+}
+
+void copy_tokenizer_json(const std::filesystem::path& file, const std::filesystem::path& dir) {
+  const auto overwrite = std::filesystem::copy_options::overwrite_existing;
+  std::filesystem::copy_file(file, dir / "tokenizer.json", overwrite);
+  for (const char* name : kTokenizerCompanions) {
+    const std::filesystem::path beside = file.parent_path() / name;
+    if (std::filesystem::is_regular_file(beside)) std::filesystem::copy_file(beside, dir / name, overwrite);
+  }
+}
+
+}  // namespace
 
 void add_make_model(CLI::App& app, MakeModelArgs& args) {
   CLI::App* cmd = app.add_subcommand("make-model", "Write a random-weight HF-format checkpoint");
   cmd->add_flag("--random", args.random, "Random weights (the only kind for now)")->required();
-  cmd->add_option("--family", args.family, "Model family")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"llama", "mistral", "qwen2"}));
-  cmd->add_option("--layers", args.layers, "Decoder layers")->capture_default_str();
-  cmd->add_option("--hidden", args.hidden, "Hidden size")->capture_default_str();
-  cmd->add_option("--heads", args.heads, "Query heads")->capture_default_str();
-  cmd->add_option("--kv-heads", args.kv_heads, "Key/value heads")->capture_default_str();
-  cmd->add_option("--head-dim", args.head_dim, "Head dimension (default: hidden / heads)");
-  cmd->add_option("--intermediate", args.intermediate, "MLP size (default: 8/3 hidden, rounded up to 32)");
-  cmd->add_option("--vocab", args.vocab, "Vocabulary size (default: the tokenizer's)");
-  cmd->add_option("--max-positions", args.max_positions, "max_position_embeddings")->capture_default_str();
-  cmd->add_option("--rope-theta", args.rope_theta, "RoPE base")->capture_default_str();
-  cmd->add_flag("--tie", args.tie, "Tie the LM head to the embedding");
-  cmd->add_option("--dtype", args.dtype, "Weight dtype")->capture_default_str()->check(CLI::IsMember({"f32", "f16", "bf16"}));
-  cmd->add_option("--tokenizer", args.tokenizer, "SentencePiece tokenizer.model to copy into the checkpoint");
+  CLI::Option* shape = cmd->add_option("--shape", args.shape, "A published model's shape, config and bf16 weights (reference/dummy_model.h)")
+                           ->check(CLI::IsMember(std::vector<std::string>(dummy_shape_names().begin(),
+                                                                          dummy_shape_names().end())));
+  // Every flag that sets a part of the shape conflicts with --shape (an error naming both).
+  const std::vector<CLI::Option*> shape_flags{
+      cmd->add_option("--family", args.family, "Model family")
+          ->capture_default_str()
+          ->check(CLI::IsMember({"llama", "mistral", "qwen2", "qwen3"})),
+      cmd->add_option("--layers", args.layers, "Decoder layers")->capture_default_str(),
+      cmd->add_option("--hidden", args.hidden, "Hidden size")->capture_default_str(),
+      cmd->add_option("--heads", args.heads, "Query heads")->capture_default_str(),
+      cmd->add_option("--kv-heads", args.kv_heads, "Key/value heads")->capture_default_str(),
+      cmd->add_option("--head-dim", args.head_dim, "Head dimension (default: hidden / heads)"),
+      cmd->add_option("--intermediate", args.intermediate, "MLP size (default: 8/3 hidden, rounded up to 32)"),
+      cmd->add_option("--vocab", args.vocab, "Vocabulary size (default: the tokenizer's)"),
+      cmd->add_option("--max-positions", args.max_positions, "max_position_embeddings")->capture_default_str(),
+      cmd->add_option("--rope-theta", args.rope_theta, "RoPE base")->capture_default_str(),
+      cmd->add_flag("--tie", args.tie, "Tie the LM head to the embedding"),
+  };
+  for (CLI::Option* flag : shape_flags) shape->excludes(flag);
+  cmd->add_option("--dtype", args.dtype, "Weight dtype (default f32; bf16 with --shape)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}));
+  CLI::Option* sp = cmd->add_option("--tokenizer", args.tokenizer, "SentencePiece tokenizer.model to copy into the checkpoint");
+  CLI::Option* hf = cmd->add_option("--tokenizer-json", args.tokenizer_json,
+                                    "Hugging Face tokenizer.json to copy into the checkpoint (with the "
+                                    "tokenizer_config.json and generation_config.json beside it)");
+  sp->excludes(hf);
+  shape->excludes(sp);
   cmd->add_option("--seed", args.seed, "Seed of the weights")->capture_default_str();
   cmd->add_option("--out", args.out, "Output directory")->required();
 }
 
 int run_make_model(const MakeModelArgs& args) {
+  const std::string dtype_flag = !args.dtype.empty() ? args.dtype : args.shape.empty() ? "f32" : "bf16";
   ModelConfig c;
-  c.family = args.family == "mistral" ? ModelFamily::kMistral
-             : args.family == "qwen2" ? ModelFamily::kQwen2
-                                      : ModelFamily::kLlama;
-  c.qkv_bias = c.family == ModelFamily::kQwen2;
-  c.num_hidden_layers = args.layers;
-  c.hidden_size = args.hidden;
-  c.num_attention_heads = args.heads;
-  c.num_key_value_heads = args.kv_heads;
-  c.head_dim = args.head_dim > 0 ? args.head_dim : (args.heads > 0 ? args.hidden / args.heads : 0);
-  c.intermediate_size = args.intermediate > 0 ? args.intermediate : (8 * args.hidden / 3 + 31) / 32 * 32;
-  c.max_position_embeddings = args.max_positions;
-  c.rope_theta = args.rope_theta;
-  c.tie_word_embeddings = args.tie;
-  c.rms_norm_eps = 1e-5;
-  c.torch_dtype = args.dtype == "f32" ? "float32" : args.dtype == "f16" ? "float16" : "bfloat16";
+  if (!args.shape.empty()) {
+    c = dummy_shape_config(args.shape);
+  } else {
+    c.family = args.family == "mistral" ? ModelFamily::kMistral
+               : args.family == "qwen2" ? ModelFamily::kQwen2
+               : args.family == "qwen3" ? ModelFamily::kQwen3
+                                        : ModelFamily::kLlama;
+    c.qkv_bias = c.family == ModelFamily::kQwen2;
+    c.num_hidden_layers = args.layers;
+    c.hidden_size = args.hidden;
+    c.num_attention_heads = args.heads;
+    c.num_key_value_heads = args.kv_heads;
+    c.head_dim = args.head_dim > 0 ? args.head_dim : (args.heads > 0 ? args.hidden / args.heads : 0);
+    c.intermediate_size = args.intermediate > 0 ? args.intermediate : (8 * args.hidden / 3 + 31) / 32 * 32;
+    c.max_position_embeddings = args.max_positions;
+    c.rope_theta = args.rope_theta;
+    c.tie_word_embeddings = args.tie;
+    c.rms_norm_eps = 1e-5;
+    c.vocab_size = args.vocab;
+  }
+  c.torch_dtype = dtype_flag == "f32" ? "float32" : dtype_flag == "f16" ? "float16" : "bfloat16";
 
   std::optional<std::filesystem::path> tokenizer_path;
-  c.vocab_size = args.vocab;
   if (!args.tokenizer.empty()) {
     tokenizer_path = args.tokenizer;
     const Tokenizer tok = Tokenizer::load(*tokenizer_path);
@@ -63,15 +148,30 @@ int run_make_model(const MakeModelArgs& args) {
     if (tok.bos_id() >= 0) c.bos_token_id = tok.bos_id();
     if (tok.eos_id() >= 0) c.eos_token_ids = {tok.eos_id()};
   }
-  if (c.vocab_size <= 0) throw input_error("--vocab", "vocab_size", "give --vocab V or --tokenizer FILE");
+  if (!args.tokenizer_json.empty()) {
+    const std::filesystem::path file = args.tokenizer_json;
+    if (!std::filesystem::is_regular_file(file)) throw input_error(file.string(), "--tokenizer-json", "no such file");
+    const std::int64_t ids = tokenizer_json_ids(file);
+    if (c.vocab_size == 0) c.vocab_size = ids;
+    if (ids > c.vocab_size) {
+      throw input_error(file.string(), "vocabulary",
+                        "the tokenizer has ids up to {}, past the model's vocab_size {}{} (its embedding has no row for them)",
+                        ids - 1, c.vocab_size, args.shape.empty() ? "" : fmt::format(" of shape {}", args.shape));
+    }
+  }
+  if (c.vocab_size <= 0) {
+    throw input_error("--vocab", "vocab_size", "give --vocab V, --tokenizer FILE or --tokenizer-json FILE");
+  }
 
-  const DType dtype = args.dtype == "f32" ? DType::kF32 : args.dtype == "f16" ? DType::kF16 : DType::kBF16;
+  const DType dtype = dtype_flag == "f32" ? DType::kF32 : dtype_flag == "f16" ? DType::kF16 : DType::kBF16;
   validate_config(c, "make-model flags");
   const TensorMap weights = make_random_weights(c, dtype, args.seed);
   write_model(args.out, c, weights, tokenizer_path);
-  fmt::print("wrote {} (family {}, {} layers, hidden {}, heads {}/{}, vocab {}, {}, seed {})\n", args.out, args.family,
-             c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.vocab_size,
-             args.dtype, args.seed);
+  if (!args.tokenizer_json.empty()) copy_tokenizer_json(args.tokenizer_json, args.out);
+  fmt::print("wrote {} ({}family {}, {} layers, hidden {}, heads {}/{}, head_dim {}, vocab {}, {}, seed {})\n", args.out,
+             args.shape.empty() ? "" : fmt::format("shape {}, ", args.shape), family_name(c.family),
+             c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
+             c.vocab_size, dtype_flag, args.seed);
   return 0;
 }
 

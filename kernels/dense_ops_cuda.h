@@ -24,7 +24,9 @@ void free_matrix_cuda(CudaMatrix& m);
 void linear_rows_cuda(const CudaMatrix& m, const float* x, std::int64_t rows, float* y);
 // The same through cuBLAS SGEMM (fp32 operands and accumulation): one prompt's rows.
 void linear_gemm_cuda(const CudaMatrix& m, const float* x, std::int64_t rows, float* y);
-// out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight (the mean square in double, as the CPU).
+// out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight (the mean square in double, as the CPU). One
+// block per row: the hidden-state norms (rows = tokens) and Qwen3's per-head q/k norms (rows =
+// tokens x heads, width head_dim).
 void rmsnorm_cuda(const float* x, std::int64_t rows, std::int64_t width, const float* weight, double eps, float* out);
 // Rotate-half RoPE in place; cos / sin tables [positions][head_dim / 2], table_rows of them.
 void rope_cuda(float* x, std::int64_t rows, std::int64_t heads, std::int64_t head_dim, const std::int32_t* positions,

@@ -30,7 +30,8 @@ class Backend {
   // The same result shape as linear, for the rows of one prompt, as one GEMM.
   virtual void linear_prefill(const DenseWeight& w, std::span<const float> x, std::int64_t rows,
                               std::span<float> y) = 0;
-  // out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight, per row.
+  // out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight, per row. Qwen3's q_norm / k_norm use it
+  // with one row per (token, head) and width head_dim.
   virtual void rmsnorm(std::span<const float> x, std::int64_t rows, std::span<const float> weight, double eps,
                        std::span<float> out) = 0;
   // Rotates every head of every row in place (rotate-half pairing) at positions[r], with the

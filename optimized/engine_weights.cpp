@@ -59,6 +59,8 @@ EngineWeights load_engine_weights(const ReferenceModel& model) {
     EngineLayer el;
     el.input_norm = to_float(lw->input_norm);
     el.post_norm = to_float(lw->post_norm);
+    el.q_norm = to_float(lw->q_norm);
+    el.k_norm = to_float(lw->k_norm);
     el.q = dense(lw->wq, lw->bq);
     el.k = dense(lw->wk, lw->bk);
     el.v = dense(lw->wv, lw->bv);

@@ -29,6 +29,7 @@ struct DenseWeight {
 
 struct EngineLayer {
   std::vector<float> input_norm, post_norm;  // [H]
+  std::vector<float> q_norm, k_norm;         // [head_dim] (Qwen3's per-head norms), or empty
   DenseWeight q, k, v, o;
   DenseWeight gate, up, down;
 };

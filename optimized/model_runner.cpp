@@ -16,6 +16,15 @@ void add_into(std::vector<float>& x, const std::vector<float>& y) {
   for (std::size_t i = 0; i < x.size(); ++i) x[i] += y[i];
 }
 
+// Qwen3's q_norm / k_norm: the backend's RMSNorm over rows of head_dim (x is [rows][heads][d],
+// so every (row, head) is one norm row). `scratch` takes the result, then swaps into x.
+void head_norm(Backend& backend, std::vector<float>& x, std::int64_t rows, std::int64_t heads,
+               const std::vector<float>& weight, double eps, std::vector<float>& scratch) {
+  scratch.resize(x.size());
+  backend.rmsnorm(x, rows * heads, weight, eps, scratch);
+  x.swap(scratch);
+}
+
 }  // namespace
 
 ModelRunner::ModelRunner(const EngineWeights& weights, Backend& backend, PagedKvCache& cache)
@@ -99,7 +108,7 @@ std::vector<float> ModelRunner::prefill(std::int64_t request, std::span<const st
       const auto row = weights_.embedding.row(tokens[static_cast<std::size_t>(t)]);
       std::copy(row.data(), row.data() + H, x.data() + t * H);
     }
-    std::vector<float> n(x.size()), q, k, v, attn(static_cast<std::size_t>(T * c.q_dim())), o;
+    std::vector<float> n(x.size()), q, k, v, attn(static_cast<std::size_t>(T * c.q_dim())), o, normed;
     for (std::int32_t l = 0; l < c.num_hidden_layers; ++l) {
       const EngineLayer& layer = weights_.layers[static_cast<std::size_t>(l)];
       backend_.rmsnorm(x, T, layer.input_norm, c.rms_norm_eps, n);
@@ -109,6 +118,10 @@ std::vector<float> ModelRunner::prefill(std::int64_t request, std::span<const st
       backend_.linear_prefill(layer.q, n, T, q);
       backend_.linear_prefill(layer.k, n, T, k);
       backend_.linear_prefill(layer.v, n, T, v);
+      if (c.qk_norm()) {
+        head_norm(backend_, q, T, c.num_attention_heads, layer.q_norm, c.rms_norm_eps, normed);
+        head_norm(backend_, k, T, c.num_key_value_heads, layer.k_norm, c.rms_norm_eps, normed);
+      }
       backend_.rope(q, T, c.num_attention_heads, c.head_dim, positions, weights_.rope_cos, weights_.rope_sin);
       backend_.rope(k, T, c.num_key_value_heads, c.head_dim, positions, weights_.rope_cos, weights_.rope_sin);
       if (!evicting) {
@@ -225,7 +238,7 @@ std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, s
     std::copy(row.data(), row.data() + H, x.data() + b * H);
   }
   std::vector<float> n(x.size()), q(static_cast<std::size_t>(B * c.q_dim())), k(static_cast<std::size_t>(B * c.kv_dim())),
-      v(k.size()), attn(q.size()), o(x.size());
+      v(k.size()), attn(q.size()), o(x.size()), normed;
   std::vector<std::vector<PageRead>> pages(static_cast<std::size_t>(B * kvh));
   std::vector<DecodeHeadInput> heads(static_cast<std::size_t>(B * kvh));
   std::vector<DecodeHeadOutput> outs(heads.size());
@@ -238,6 +251,10 @@ std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, s
     backend_.linear(layer.q, n, B, q);
     backend_.linear(layer.k, n, B, k);
     backend_.linear(layer.v, n, B, v);
+    if (c.qk_norm()) {
+      head_norm(backend_, q, B, c.num_attention_heads, layer.q_norm, c.rms_norm_eps, normed);
+      head_norm(backend_, k, B, kvh, layer.k_norm, c.rms_norm_eps, normed);
+    }
     backend_.rope(q, B, c.num_attention_heads, d, positions, weights_.rope_cos, weights_.rope_sin);
     backend_.rope(k, B, kvh, d, positions, weights_.rope_cos, weights_.rope_sin);
     for (std::int64_t b = 0; b < B; ++b) {

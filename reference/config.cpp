@@ -27,10 +27,11 @@ struct FamilyInfo {
   std::string_view architecture;
 };
 
-constexpr std::array<FamilyInfo, 3> kFamilies = {{
+constexpr std::array<FamilyInfo, 4> kFamilies = {{
     {ModelFamily::kLlama, "llama", "LlamaForCausalLM"},
     {ModelFamily::kMistral, "mistral", "MistralForCausalLM"},
     {ModelFamily::kQwen2, "qwen2", "Qwen2ForCausalLM"},
+    {ModelFamily::kQwen3, "qwen3", "Qwen3ForCausalLM"},
 }};
 
 const FamilyInfo& family_info(ModelFamily family) {
@@ -292,6 +293,8 @@ ModelConfig parse_config(const nlohmann::json& json, const std::string& origin) 
       fields.optional_int("num_key_value_heads").value_or(config.num_attention_heads);
   if (auto head_dim = fields.optional_int("head_dim")) {
     config.head_dim = *head_dim;
+  } else if (config.family == ModelFamily::kQwen3) {
+    config.head_dim = 128;  // Qwen3Config's default, not hidden_size / num_attention_heads
   } else {
     if (config.num_attention_heads <= 0) {
       throw input_error(origin, "num_attention_heads", "must be positive, got {}",
@@ -341,6 +344,19 @@ ModelConfig parse_config(const nlohmann::json& json, const std::string& origin) 
       }
       break;
     }
+    case ModelFamily::kQwen3: {
+      // Qwen3Config: attention_bias (default false) biases q, k, v and o together. sliding_window only counts when use_sliding_window is true, which no
+      // released Qwen3 sets; refused like every window outside Mistral.
+      const bool bias = fields.optional_bool("attention_bias", false);
+      config.qkv_bias = bias;
+      config.o_bias = bias;
+      if (fields.optional_bool("use_sliding_window", false)) {
+        throw input_error(origin, "use_sliding_window",
+                          "use_sliding_window=true is not supported (no released Qwen3 uses it; the "
+                          "reference and the engine attend to the whole context)");
+      }
+      break;
+    }
   }
 
   config.bos_token_id = fields.optional_int("bos_token_id");
@@ -365,7 +381,9 @@ void validate_config(const ModelConfig& config, const std::string& origin) {
   check_positive(config.vocab_size, "vocab_size", origin);
   check_positive(config.max_position_embeddings, "max_position_embeddings", origin);
 
-  if (config.hidden_size % config.num_attention_heads != 0) {
+  // Qwen3 states head_dim explicitly (Qwen3-0.6B: 16 heads of 128 over hidden 1024), so its
+  // heads need not divide the hidden size.
+  if (config.family != ModelFamily::kQwen3 && config.hidden_size % config.num_attention_heads != 0) {
     throw input_error(origin, "num_attention_heads",
                       "num_attention_heads ({}) does not divide hidden_size ({})",
                       config.num_attention_heads, config.hidden_size);
@@ -439,7 +457,15 @@ void validate_config(const ModelConfig& config, const std::string& origin) {
                           config.qkv_bias, config.o_bias);
       }
       break;
+    case ModelFamily::kQwen3:
+      if (config.qkv_bias != config.o_bias) {
+        throw input_error(origin, "attention_bias",
+                          "qwen3 biases q/k/v and o together (qkv_bias={}, o_bias={})",
+                          config.qkv_bias, config.o_bias);
+      }
+      break;
   }
+
 
   if (config.bos_token_id) check_token_id(*config.bos_token_id, "bos_token_id", config, origin);
   for (std::size_t i = 0; i < config.eos_token_ids.size(); ++i) {
@@ -517,6 +543,11 @@ nlohmann::json config_to_json(const ModelConfig& config) {
       }
       break;
     case ModelFamily::kQwen2:
+      out["use_sliding_window"] = false;
+      out["sliding_window"] = nullptr;
+      break;
+    case ModelFamily::kQwen3:
+      out["attention_bias"] = config.qkv_bias;
       out["use_sliding_window"] = false;
       out["sliding_window"] = nullptr;
       break;

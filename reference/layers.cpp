@@ -20,6 +20,15 @@ MatrixRMd rmsnorm_ref(const MatrixRMd& x, std::span<const double> weight, double
   return out;
 }
 
+MatrixRMd head_rmsnorm_ref(const MatrixRMd& x, std::int64_t n_heads, std::int64_t head_dim,
+                           std::span<const double> weight, double eps) {
+  if (x.cols() != n_heads * head_dim) throw std::invalid_argument("head_rmsnorm_ref: x is not [T, n_heads * head_dim]");
+  // Row-major [T, n_heads * d] is row-major [T * n_heads, d]: one row per (token, head).
+  const Eigen::Map<const MatrixRMd> heads(x.data(), x.rows() * n_heads, head_dim);
+  const MatrixRMd normed = rmsnorm_ref(heads, weight, eps);
+  return Eigen::Map<const MatrixRMd>(normed.data(), x.rows(), x.cols());
+}
+
 std::vector<double> rope_inv_freq(std::int64_t head_dim, double theta, const RopeScaling& scaling) {
   if (head_dim <= 0 || head_dim % 2 != 0) throw std::invalid_argument("rope_inv_freq: head_dim must be even");
   const std::int64_t half = head_dim / 2;

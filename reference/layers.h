@@ -15,6 +15,12 @@ namespace kvcheck {
 // x: [T, H]; weight: [H].  out[t, i] = x[t, i] / sqrt(mean_i(x[t, i]^2) + eps) * weight[i]
 MatrixRMd rmsnorm_ref(const MatrixRMd& x, std::span<const double> weight, double eps);
 
+// Qwen3's q_norm / k_norm: rmsnorm_ref applied to every head on its own. x: [T, n_heads * head_dim],
+// head h in columns [h*head_dim, (h+1)*head_dim); weight: [head_dim].
+//   out[t, h*d + i] = x[t, h*d + i] / sqrt(mean_j(x[t, h*d + j]^2) + eps) * weight[i]
+MatrixRMd head_rmsnorm_ref(const MatrixRMd& x, std::int64_t n_heads, std::int64_t head_dim,
+                           std::span<const double> weight, double eps);
+
 // RoPE inverse frequencies, [head_dim / 2]:  inv_freq[i] = theta^(-2i / head_dim), then, for
 // llama3 scaling, wavelengths longer than original_max / low_freq_factor are divided by `factor`,
 // those shorter than original_max / high_freq_factor kept, and the band between interpolated

@@ -102,6 +102,10 @@ MatrixRM ReferenceModel::run(std::span<const std::int32_t> tokens, KVCache& cach
     MatrixRMd q = linear(n1, w->wq, w->bq);  // [T, n_heads*d]
     MatrixRMd k = linear(n1, w->wk, w->bk);  // [T, n_kv*d]
     MatrixRMd v = linear(n1, w->wv, w->bv);  // [T, n_kv*d]
+    if (c.qk_norm()) {
+      q = head_rmsnorm_ref(q, c.num_attention_heads, c.head_dim, w->q_norm, c.rms_norm_eps);
+      k = head_rmsnorm_ref(k, c.num_key_value_heads, c.head_dim, w->k_norm, c.rms_norm_eps);
+    }
     rope_ref(q, c.num_attention_heads, c.head_dim, q_pos, inv_freq_);
     rope_ref(k, c.num_key_value_heads, c.head_dim, q_pos, inv_freq_);
     if (recorder) recorder->on_qkv(l, pos0, q, k, v);

@@ -2,7 +2,8 @@
 //
 // Per layer:  h += o_proj(attention(rope(q_proj(n)), rope(k_proj(n)), v_proj(n))),  n = rmsnorm(h)
 //             h += down_proj(silu(gate_proj(n)) * up_proj(n)),                      n = rmsnorm(h)
-// then logits = lm_head(rmsnorm(h)). Everything is computed in double (Eigen GEMMs for the
+// then logits = lm_head(rmsnorm(h)). Qwen3 normalizes every q and k head (q_norm, k_norm)
+// between the projection and RoPE. Everything is computed in double (Eigen GEMMs for the
 // projections), from weights converted exactly from F32/F16/BF16; logits are rounded to float
 // once at the end. Double makes the two decode paths below agree to ~1e-16 whatever rounding
 // differences the GEMM blocking of T rows vs one row introduces, and keeps the reference far

@@ -28,6 +28,10 @@ std::vector<ExpectedTensor> expected_tensors(const ModelConfig& c) {
       out.push_back({layer_tensor_name(l, "self_attn.v_proj.bias"), {c.kv_dim()}});
     }
     if (c.o_bias) out.push_back({layer_tensor_name(l, "self_attn.o_proj.bias"), {h}});
+    if (c.qk_norm()) {
+      out.push_back({layer_tensor_name(l, "self_attn.q_norm.weight"), {c.head_dim}});
+      out.push_back({layer_tensor_name(l, "self_attn.k_norm.weight"), {c.head_dim}});
+    }
     out.push_back({layer_tensor_name(l, "mlp.gate_proj.weight"), {c.intermediate_size, h}});
     out.push_back({layer_tensor_name(l, "mlp.up_proj.weight"), {c.intermediate_size, h}});
     out.push_back({layer_tensor_name(l, "mlp.down_proj.weight"), {h, c.intermediate_size}});
@@ -55,7 +59,7 @@ void check_tensors(const ModelConfig& config, const TensorSource& source, const 
 std::size_t LayerWeights::bytes() const {
   const auto m = [](const MatrixRMd& x) { return static_cast<std::size_t>(x.size()); };
   const auto r = [](const Eigen::RowVectorXd& x) { return static_cast<std::size_t>(x.size()); };
-  return sizeof(double) * (input_norm.size() + post_norm.size() + m(wq) + m(wk) + m(wv) + m(wo) + r(bq) + r(bk) +
+  return sizeof(double) * (input_norm.size() + post_norm.size() + q_norm.size() + k_norm.size() + m(wq) + m(wk) + m(wv) + m(wo) + r(bq) + r(bk) +
                           r(bv) + r(bo) + m(w_gate) + m(w_up) + m(w_down));
 }
 
@@ -102,6 +106,10 @@ std::shared_ptr<LayerWeights> ModelWeights::convert_layer(std::int64_t l) const 
     w->bv = row(layer_tensor_name(l, "self_attn.v_proj.bias"));
   }
   if (config_.o_bias) w->bo = row(layer_tensor_name(l, "self_attn.o_proj.bias"));
+  if (config_.qk_norm()) {
+    w->q_norm = vector(layer_tensor_name(l, "self_attn.q_norm.weight"));
+    w->k_norm = vector(layer_tensor_name(l, "self_attn.k_norm.weight"));
+  }
   w->w_gate = matrix(layer_tensor_name(l, "mlp.gate_proj.weight"));
   w->w_up = matrix(layer_tensor_name(l, "mlp.up_proj.weight"));
   w->w_down = matrix(layer_tensor_name(l, "mlp.down_proj.weight"));

@@ -39,6 +39,8 @@ void check_tensors(const ModelConfig& config, const TensorSource& source, const 
 struct LayerWeights {
   std::vector<double> input_norm;  // [H]
   std::vector<double> post_norm;   // [H]
+  std::vector<double> q_norm;      // [d], Qwen3's per-head norm of q; empty when the model has none
+  std::vector<double> k_norm;      // [d], the same for k
   MatrixRMd wq;                    // [n_heads*d, H]
   MatrixRMd wk;                    // [n_kv*d, H]
   MatrixRMd wv;                    // [n_kv*d, H]

@@ -46,6 +46,30 @@ TEST(VerifyCli, FullFp32MatchesTheReferenceOnTheEmbeddedModel) {
   for (const json& p : j["per_prompt"]) EXPECT_EQ(p["first_divergence"], -1);
 }
 
+// Qwen3 from make-model (q_norm / k_norm, GQA, tied, bf16, head_dim 32 x 4 heads over hidden
+// 64): the engine's full-fp32 reproduces the reference's greedy tokens with float-level logits.
+TEST(VerifyCli, FullFp32MatchesTheReferenceOnAQwen3Model) {
+  TempDir dir;
+  const auto model = dir / "qwen3";
+  const auto made = run_kvcheck("make-model --random --family qwen3 --layers 2 --hidden 64 --heads 4 --kv-heads 2 "
+                                "--head-dim 32 --tie --dtype bf16 --vocab 256 --max-positions 256 --seed 4 --out " +
+                                testing::shell_quote(model));
+  ASSERT_EQ(made.code, 0) << made.output;
+  const json config = read_json_file(model / "config.json");
+  EXPECT_EQ(config["model_type"], "qwen3");
+  EXPECT_EQ(config["head_dim"], 32);
+  const auto out = dir / "verify.json";
+  const auto run = run_kvcheck("verify --model " + testing::shell_quote(model) +
+                               " --policy full-fp32 --prompts 3 --prompt-tokens 40 --max-new-tokens 32 --json " +
+                               testing::shell_quote(out));
+  ASSERT_EQ(run.code, 0) << run.output;
+  const json j = read_json_file(out);
+  EXPECT_EQ(j["prompts"], 3);
+  EXPECT_EQ(j["greedy_match_fraction"], 1.0);
+  EXPECT_LT(j["logits_nmse_max"].get<double>(), 1e-9);
+  for (const json& p : j["per_prompt"]) EXPECT_EQ(p["first_divergence"], -1);
+}
+
 TEST(VerifyCli, FullFp16StaysWithinTheBarsOnHeldOutText) {
   TempDir dir;
   const auto out = dir / "verify.json";

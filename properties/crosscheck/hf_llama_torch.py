@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Cross-check kvcheck's reference transformer against an independent PyTorch implementation.
 
-The PyTorch forward below follows the Hugging Face transformers Llama/Mistral/Qwen2 modelling code
-(float32 throughout, rotate-half RoPE, llama3 rope scaling, repeat_kv for GQA, causal softmax),
-written separately from the C++ reference. It reads the same checkpoint directory, and compares
+The PyTorch forward below follows the Hugging Face transformers Llama/Mistral/Qwen2/Qwen3 modelling
+code (float32 throughout, rotate-half RoPE, llama3 rope scaling, repeat_kv for GQA, causal softmax,
+Qwen3's q_norm / k_norm over each head before RoPE), written separately from the C++ reference. It reads the same checkpoint directory, and compares
 its logits with the .npy that `kvcheck generate --dump-logits` wrote.
 
 Offline tooling, not part of the test gate (it needs Debian's python3-torch, which
@@ -99,7 +99,9 @@ def forward(cfg, w, ids):
     h_size = cfg["hidden_size"]
     n_heads = cfg["num_attention_heads"]
     n_kv = cfg.get("num_key_value_heads") or n_heads
-    d = cfg.get("head_dim") or h_size // n_heads
+    qwen3 = cfg["model_type"] == "qwen3"
+    # Qwen3Config's head_dim defaults to 128; the others derive it from the hidden size.
+    d = cfg.get("head_dim") or (128 if qwen3 else h_size // n_heads)
     eps = cfg.get("rms_norm_eps", 1e-6)
     window = cfg.get("sliding_window") if cfg["model_type"] == "mistral" else None
     t = len(ids)
@@ -121,8 +123,13 @@ def forward(cfg, w, ids):
                 y = y + w[p + name + ".bias"]
             return y
 
-        q = lin("self_attn.q_proj", n).view(t, n_heads, d).transpose(0, 1)
-        k = lin("self_attn.k_proj", n).view(t, n_kv, d).transpose(0, 1)
+        q = lin("self_attn.q_proj", n).view(t, n_heads, d)
+        k = lin("self_attn.k_proj", n).view(t, n_kv, d)
+        if qwen3:  # Qwen3Attention: q_norm / k_norm on the head dimension, before RoPE
+            q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
+            k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
+        q = q.transpose(0, 1)
+        k = k.transpose(0, 1)
         v = lin("self_attn.v_proj", n).view(t, n_kv, d).transpose(0, 1)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin

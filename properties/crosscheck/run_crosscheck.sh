@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Holds the reference transformer against the independent PyTorch forward (hf_llama_torch.py)
 # on several model shapes: GQA, Qwen2 biases + tied embeddings + bf16, explicit head_dim + f16,
-# llama3 rope scaling past the original context, Mistral sliding window.
+# llama3 rope scaling past the original context, Mistral sliding window, Qwen3 (q/k norms) with
+# GQA + tied embeddings + bf16 and head_dim x heads wider than the hidden size.
 # Usage: run_crosscheck.sh path/to/kvcheck [python3]. Registered with ctest (label slow) when
 # the configuring machine has python3-torch.
 set -euo pipefail
@@ -32,3 +33,4 @@ check llama3-rope-scaling \
   "c['rope_scaling'] = {'rope_type': 'llama3', 'factor': 8.0, 'low_freq_factor': 1.0, 'high_freq_factor': 4.0, 'original_max_position_embeddings': 32}; c['rope_theta'] = 500000.0" \
   --layers 2 --hidden 128 --heads 4 --kv-heads 2 --seed 4
 check mistral-sliding-window "c['sliding_window'] = 32" --family mistral --layers 2 --hidden 64 --heads 4 --kv-heads 4 --seed 5
+check qwen3-gqa-tied-bf16 "" --family qwen3 --layers 2 --hidden 96 --heads 6 --kv-heads 2 --head-dim 32 --tie --dtype bf16 --seed 6

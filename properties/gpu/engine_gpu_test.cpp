@@ -2,15 +2,19 @@
 // the CPU backend: full-fp32 reproduces the reference's greedy tokens and logits on small random
 // models and on the embedded model, with tokens identical to the CPU backend's; compressed
 // policies give the CPU backend's logits within float noise (both backends read the same pages,
-// written by the same quantizers). Skips visibly without CUDA or without a device.
+// written by the same quantizers). Qwen3's per-head q/k norms (the dense RMSNorm over rows of
+// head_dim) are held the same way. Skips visibly without CUDA or without a device.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "oracles/metrics.h"
 #include "kernels/device.h"
+#include "optimized/cpu_backend.h"
+#include "optimized/cuda_backend.h"
 #include "optimized/engine.h"
 #include "properties/support/gpu_skip.h"
 #include "properties/support/model_fixtures.h"
@@ -85,6 +89,62 @@ TEST(EngineGpu, EmbeddedModelTokensEqualTheCpuBackend) {
       }
       EXPECT_LT(logits_nmse(b, a), 1e-8) << policy << ", prompt seed " << seed;
     }
+  }
+}
+
+// Qwen3 (q_norm / k_norm), GQA, tied, bf16, q wider than the hidden state.
+ModelConfig qwen3_config() {
+  testing::TinyShape shape;
+  shape.hidden = 48;
+  shape.head_dim = 16;
+  shape.vocab = 96;
+  ModelConfig c = tiny_config(shape);
+  c.family = ModelFamily::kQwen3;
+  c.tie_word_embeddings = true;
+  c.rms_norm_eps = 1e-6;
+  c.rope_theta = 1000000.0;
+  return c;
+}
+
+TEST(EngineGpu, HeadRowRmsNormEqualsTheCpuBackend) {
+  KVCHECK_REQUIRE_GPU();
+  // [rows = 7 tokens][heads = 5][head_dim = 24] as 35 rows of 24, one weight per channel.
+  const std::int64_t rows = 7 * 5, d = 24;
+  std::vector<float> x(static_cast<std::size_t>(rows * d)), w(static_cast<std::size_t>(d));
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)) * (1.0 + static_cast<double>(i % 11)));
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = 0.75F + 0.03F * static_cast<float>(i);
+  std::vector<float> cpu_out(x.size()), gpu_out(x.size(), std::nanf(""));
+  CpuBackend cpu(1);
+  CudaBackend gpu;
+  cpu.rmsnorm(x, rows, w, 1e-6, cpu_out);
+  gpu.rmsnorm(x, rows, w, 1e-6, gpu_out);
+  // Both sum squares in double and scale in float: a few float ulps apart at most.
+  for (std::size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(gpu_out[i], cpu_out[i], 4e-6F * (1.0F + std::abs(cpu_out[i]))) << i;
+}
+
+TEST(EngineGpu, Qwen3FullFp32ReproducesTheReferenceAndTheCpuBackend) {
+  KVCHECK_REQUIRE_GPU();
+  const ModelConfig c = qwen3_config();
+  const ReferenceModel model = tiny_model(c, 9, DType::kBF16);
+  auto cpu = engine_on(model, "cpu", "full-fp32");
+  auto gpu = engine_on(model, "cuda", "full-fp32");
+  for (std::uint64_t seed = 0; seed < 3; ++seed) {
+    const std::vector<std::int32_t> prompt = test_tokens(5 + 23 * static_cast<std::int64_t>(seed), c.vocab_size, seed);
+    GenerateOptions go;
+    go.max_new_tokens = 32;
+    go.stop_at_eos = false;
+    go.keep_logits = true;
+    const GenerateResult ref = generate_greedy(model, prompt, go);
+    const EngineGenerateResult a = generate(*cpu, prompt, 32);
+    const EngineGenerateResult b = generate(*gpu, prompt, 32);
+    EXPECT_EQ(b.generated, ref.generated) << "prompt seed " << seed;
+    EXPECT_EQ(b.generated, a.generated) << "prompt seed " << seed;
+    ASSERT_EQ(static_cast<Eigen::Index>(b.logits.size()), ref.logits.size());
+    EXPECT_LT(nmse(std::span<const float>(b.logits),
+                   std::span<const float>(ref.logits.data(), static_cast<std::size_t>(ref.logits.size()))),
+              1e-9)
+        << "prompt seed " << seed;
+    EXPECT_LT(logits_nmse(b, a), 1e-9) << "prompt seed " << seed;
   }
 }
 

@@ -111,6 +111,38 @@ json qwen25_05b() {
   })");
 }
 
+// Qwen3-0.6B's config.json as published: head_dim 128 while hidden / heads is 64.
+json qwen3_06b() {
+  return json::parse(R"({
+    "architectures": ["Qwen3ForCausalLM"],
+    "attention_bias": false,
+    "attention_dropout": 0.0,
+    "bos_token_id": 151643,
+    "eos_token_id": 151645,
+    "head_dim": 128,
+    "hidden_act": "silu",
+    "hidden_size": 1024,
+    "initializer_range": 0.02,
+    "intermediate_size": 3072,
+    "max_position_embeddings": 40960,
+    "max_window_layers": 28,
+    "model_type": "qwen3",
+    "num_attention_heads": 16,
+    "num_hidden_layers": 28,
+    "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": null,
+    "rope_theta": 1000000,
+    "sliding_window": null,
+    "tie_word_embeddings": true,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.51.0",
+    "use_cache": true,
+    "use_sliding_window": false,
+    "vocab_size": 151936
+  })");
+}
+
 // Only the required fields.
 json minimal_llama() {
   return json{{"model_type", "llama"},         {"hidden_size", 64},
@@ -237,6 +269,59 @@ TEST(ConfigTest, ParsesQwen25_05B) {
   EXPECT_EQ(family_name(c.family), "qwen2");
 }
 
+TEST(ConfigTest, ParsesQwen3_06B) {
+  const ModelConfig c = parse_config(qwen3_06b(), "Qwen3-0.6B/config.json");
+  EXPECT_EQ(c.family, ModelFamily::kQwen3);
+  EXPECT_EQ(c.hidden_size, 1024);
+  EXPECT_EQ(c.intermediate_size, 3072);
+  EXPECT_EQ(c.num_hidden_layers, 28);
+  EXPECT_EQ(c.num_attention_heads, 16);
+  EXPECT_EQ(c.num_key_value_heads, 8);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.q_dim(), 2048);  // wider than the hidden size
+  EXPECT_EQ(c.vocab_size, 151936);
+  EXPECT_EQ(c.max_position_embeddings, 40960);
+  EXPECT_EQ(c.rms_norm_eps, 1e-6);
+  EXPECT_EQ(c.rope_theta, 1000000.0);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_FALSE(c.o_bias);
+  EXPECT_TRUE(c.qk_norm());
+  EXPECT_EQ(c.sliding_window, 0);
+  EXPECT_EQ(c.bos_token_id, std::optional<std::int64_t>(151643));
+  EXPECT_EQ(c.eos_token_ids, (std::vector<std::int64_t>{151645}));
+  EXPECT_EQ(family_name(c.family), "qwen3");
+  EXPECT_FALSE(parse_config(qwen25_05b(), "q").qk_norm());
+  EXPECT_FALSE(parse_config(llama32_1b(), "l").qk_norm());
+}
+
+TEST(ConfigTest, Qwen3DefaultsFollowQwen3Config) {
+  // Qwen3Config: head_dim 128 when absent (not hidden / heads), attention_bias false; true biases
+  // q, k, v and o together.
+  json j = qwen3_06b();
+  j.erase("head_dim");
+  j.erase("attention_bias");
+  const ModelConfig c = parse_config(j, "q3");
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_FALSE(c.qkv_bias);
+  j["attention_bias"] = true;
+  const ModelConfig biased = parse_config(j, "q3");
+  EXPECT_TRUE(biased.qkv_bias);
+  EXPECT_TRUE(biased.o_bias);
+  // Heads need not divide the hidden size when head_dim is explicit.
+  j["num_attention_heads"] = 24;
+  j["num_key_value_heads"] = 8;
+  EXPECT_EQ(parse_config(j, "q3").q_dim(), 24 * 128);
+}
+
+TEST(ConfigTest, Qwen3SlidingWindowIsRefusedByName) {
+  TempDir dir;
+  json j = qwen3_06b();
+  j["use_sliding_window"] = true;
+  j["sliding_window"] = 4096;
+  expect_load_error(dir, j, {"use_sliding_window", "not supported"});
+}
+
 TEST(ConfigTest, AppliesTransformersDefaults) {
   const ModelConfig c = parse_config(minimal_llama(), "minimal/config.json");
   EXPECT_EQ(c.num_key_value_heads, 4);
@@ -322,7 +407,7 @@ TEST(ConfigTest, RoundTripsThroughJson) {
   llama_bias["eos_token_id"] = 7;
   llama_bias["rms_norm_eps"] = 1.234567890123e-7;
   for (const json& source :
-       {llama32_1b(), mistral_7b(), qwen25_05b(), minimal_llama(), mistral_no_window, llama_bias}) {
+       {llama32_1b(), mistral_7b(), qwen25_05b(), qwen3_06b(), minimal_llama(), mistral_no_window, llama_bias}) {
     const ModelConfig original = parse_config(source, "source/config.json");
     const json written = config_to_json(original);
     SCOPED_TRACE(written.dump());
@@ -354,6 +439,13 @@ TEST(ConfigTest, WritesTransformersShapedJson) {
   const json q = config_to_json(parse_config(qwen25_05b(), "q"));
   EXPECT_EQ(q["architectures"], json::array({"Qwen2ForCausalLM"}));
   EXPECT_EQ(q["use_sliding_window"], false);
+
+  const json q3 = config_to_json(parse_config(qwen3_06b(), "q3"));
+  EXPECT_EQ(q3["architectures"], json::array({"Qwen3ForCausalLM"}));
+  EXPECT_EQ(q3["model_type"], "qwen3");
+  EXPECT_EQ(q3["head_dim"], 128);
+  EXPECT_EQ(q3["attention_bias"], false);
+  EXPECT_EQ(q3["use_sliding_window"], false);
 
   const json minimal = config_to_json(parse_config(minimal_llama(), "min"));
   EXPECT_FALSE(minimal.contains("eos_token_id"));
@@ -457,7 +549,7 @@ TEST(ConfigTest, UnsupportedModelType) {
   TempDir dir;
   json j = llama32_1b();
   j["model_type"] = "gpt2";
-  expect_load_error(dir, j, {"model_type", "gpt2", "llama", "mistral", "qwen2"});
+  expect_load_error(dir, j, {"model_type", "gpt2", "llama", "mistral", "qwen2", "qwen3"});
 }
 
 TEST(ConfigTest, UnsupportedArchitecture) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "properties/support/test_support.h"
 #include "reference/dummy_model.h"
 #include "reference/errors.h"
 #include "reference/weights.h"
@@ -34,6 +35,51 @@ TEST(DummyModel, ShapesHaveTheirPublishedParameterCounts) {
   EXPECT_EQ(l3.head_dim, 128);
   EXPECT_EQ(l3.group_size(), 4);
   EXPECT_EQ(dummy_shape_config("llama3-8b", 2).num_hidden_layers, 2);
+}
+
+// The config make-model --shape writes (config_to_json), read back as any checkpoint's config.json
+// is read: what the count below sees is the written file, not the table.
+ModelConfig written_config(const std::string& shape) {
+  testing::TempDir dir;
+  testing::write_file(dir / "config.json", config_to_json(dummy_shape_config(shape)).dump(2));
+  return load_config(dir / "config.json");
+}
+
+TEST(DummyModel, SmallRealShapesHaveTheirPublishedParameterCountsInTheWrittenConfig) {
+  // Qwen2.5-0.5B: 494,032,768 (tied, QKV biases); Qwen3-0.6B: 596,049,920 (tied, head_dim 128,
+  // q_norm / k_norm); Llama-3.2-1B: 1,235,814,400 (tied). The model cards' totals.
+  const ModelConfig q25 = written_config("qwen2.5-0.5b");
+  EXPECT_EQ(parameters(q25), 494032768);
+  EXPECT_EQ(family_name(q25.family), "qwen2");
+  EXPECT_TRUE(q25.tie_word_embeddings);
+  EXPECT_EQ(q25.max_position_embeddings, 32768);
+  EXPECT_EQ(q25.eos_token_ids, (std::vector<std::int64_t>{151643}));
+
+  const ModelConfig q3 = written_config("qwen3-0.6b");
+  EXPECT_EQ(parameters(q3), 596049920);
+  EXPECT_EQ(family_name(q3.family), "qwen3");
+  EXPECT_EQ(q3.head_dim, 128);
+  EXPECT_EQ(q3.q_dim(), 2048);
+  EXPECT_EQ(q3.max_position_embeddings, 40960);
+  EXPECT_EQ(q3.bos_token_id, std::optional<std::int64_t>(151643));
+  EXPECT_EQ(q3.eos_token_ids, (std::vector<std::int64_t>{151645}));
+
+  const ModelConfig l32 = written_config("llama3.2-1b");
+  EXPECT_EQ(parameters(l32), 1235814400);
+  EXPECT_EQ(l32.head_dim, 64);
+  EXPECT_EQ(l32.rope_theta, 500000.0);
+  EXPECT_EQ(l32.rope_scaling.type, RopeScaling::Type::kLlama3);
+  EXPECT_EQ(l32.rope_scaling.factor, 32.0);
+  EXPECT_EQ(l32.rope_scaling.low_freq_factor, 1.0);
+  EXPECT_EQ(l32.rope_scaling.high_freq_factor, 4.0);
+  EXPECT_EQ(l32.rope_scaling.original_max_position_embeddings, 8192);
+  EXPECT_EQ(l32.max_position_embeddings, 131072);
+  EXPECT_EQ(l32.bos_token_id, std::optional<std::int64_t>(128000));
+  EXPECT_EQ(l32.eos_token_ids, (std::vector<std::int64_t>{128001}));
+  for (const ModelConfig& c : {q25, q3, l32}) {
+    EXPECT_EQ(c.torch_dtype, "bfloat16");
+    EXPECT_EQ(c.vocab_size, c.family == ModelFamily::kLlama ? 128256 : 151936);
+  }
 }
 
 TEST(DummyModel, UnknownShapesAndBadLayerCountsAreNamed) {

@@ -34,6 +34,28 @@ TEST(RmsNorm, RowsAreIndependent) {
   EXPECT_NEAR(out(0, 0), 3.0 / std::sqrt(12.5), kTol);
 }
 
+TEST(HeadRmsNorm, EachHeadIsNormalizedOnItsOwnWithTheSameWeight) {
+  // Two tokens, two heads of d = 2, weight [1, 2], eps 0.5 (Qwen3's q_norm / k_norm).
+  MatrixRMd x(2, 4);
+  x << 3.0, 4.0, 1.0, 1.0,  //
+      0.0, 0.0, 2.0, 0.0;
+  const std::vector<double> weight = {1.0, 2.0};
+  const MatrixRMd out = head_rmsnorm_ref(x, 2, 2, weight, 0.5);
+  // token 0, head 0: mean(x^2) = 12.5, + 0.5 = 13: [3, 4 * 2] / sqrt(13)
+  EXPECT_NEAR(out(0, 0), 0.8320502943378437, kTol);
+  EXPECT_NEAR(out(0, 1), 2.2188007849009166, kTol);
+  // token 0, head 1: mean 1, + 0.5 = 1.5: [1, 1 * 2] / sqrt(1.5) (a norm over the whole row, mean
+  // 6.75, would give 0.371 and 0.743; weight[h*d + i] instead of weight[i] would read past it)
+  EXPECT_NEAR(out(0, 2), 0.8164965809277260, kTol);
+  EXPECT_NEAR(out(0, 3), 1.6329931618554521, kTol);
+  // token 1, head 0: all zero stays zero; head 1: mean 2, + 0.5 = 2.5: [2 / sqrt(2.5), 0]
+  EXPECT_EQ(out(1, 0), 0.0);
+  EXPECT_EQ(out(1, 1), 0.0);
+  EXPECT_NEAR(out(1, 2), 1.2649110640673518, kTol);
+  EXPECT_EQ(out(1, 3), 0.0);
+  EXPECT_THROW((void)head_rmsnorm_ref(x, 3, 2, weight, 0.5), std::invalid_argument);
+}
+
 TEST(Rope, PositionZeroIsIdentity) {
   MatrixRMd x(1, 8);
   x << 1, 2, 3, 4, 5, 6, 7, 8;

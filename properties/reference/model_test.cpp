@@ -3,6 +3,7 @@
 // and every bad model or request is rejected with a message that names it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <string>
@@ -132,6 +133,25 @@ TEST(ReferenceModel, SameSeedSameBytesOtherSeedOtherBytes) {
   EXPECT_NE(a, testing::read_file(dir / "c" / "model.safetensors"));
 }
 
+// Random weights are drawn in fixed chunks of the generator's sequence, on several threads for a
+// big tensor: value i of a tensor is the same whatever the tensor's size, so the embedding of a
+// 16384-token vocabulary (threaded: 128 chunks) starts with the bytes of a 1024-token one (one
+// thread: 8 chunks). GoldenLogits.FixedRandomModelFixedPrompt pins the sequence itself.
+TEST(ReferenceModel, RandomWeightsDoNotDependOnTensorSizeOrThreads) {
+  testing::TinyShape small_shape;
+  small_shape.vocab = 1024;
+  testing::TinyShape big_shape = small_shape;
+  big_shape.vocab = 16384;
+  const TensorMap small = make_random_weights(tiny_config(small_shape), DType::kF32, 5);
+  const TensorMap big = make_random_weights(tiny_config(big_shape), DType::kF32, 5);
+  const TensorView a = *small.find("model.embed_tokens.weight");
+  const TensorView b = *big.find("model.embed_tokens.weight");
+  ASSERT_EQ(b.bytes.size(), 16 * a.bytes.size());
+  EXPECT_TRUE(std::equal(a.bytes.begin(), a.bytes.end(), b.bytes.begin()));
+  // And the rest is not a repetition of the prefix.
+  EXPECT_FALSE(std::equal(a.bytes.begin(), a.bytes.end(), b.bytes.begin() + static_cast<std::ptrdiff_t>(a.bytes.size())));
+}
+
 TEST(ReferenceModel, ShardedCheckpointEqualsSingleFile) {
   TempDir dir;
   const ModelConfig c = tiny_config();
@@ -185,6 +205,83 @@ TEST(ReferenceModel, BiasesAndNormWeightsAreUsed) {
     changed.add_float(name, DType::kF32, t.shape, std::vector<float>(static_cast<std::size_t>(t.numel()), 0.5F));
     const MatrixRM other = ReferenceModel(c, std::make_shared<TensorMap>(changed), "qwen2").forward(tokens);
     EXPECT_NE(base, other) << name << " had no effect";
+  }
+}
+
+// Qwen3: with q_norm / k_norm weights of 1, every q and k head leaves the norm with mean square
+// ms / (ms + eps), and RoPE (a rotation of pairs within the head) keeps it, so the post-RoPE q and
+// k the recorder sees have unit RMS per head. A Llama model of the same shape does not; a norm
+// over the whole row, or one forgotten, would not either.
+class RecordQk : public AttentionRecorder {
+ public:
+  void on_qkv(std::int64_t, std::int64_t, const MatrixRMd& q, const MatrixRMd& k, const MatrixRMd&) override {
+    qs.push_back(q);
+    ks.push_back(k);
+  }
+  std::vector<MatrixRMd> qs, ks;
+};
+
+double max_head_rms_error(const std::vector<MatrixRMd>& xs, std::int64_t head_dim) {
+  double worst = 0.0;
+  for (const MatrixRMd& x : xs) {
+    for (Eigen::Index t = 0; t < x.rows(); ++t) {
+      for (Eigen::Index h = 0; h < x.cols() / head_dim; ++h) {
+        const double ms = x.row(t).segment(h * head_dim, head_dim).squaredNorm() / static_cast<double>(head_dim);
+        worst = std::max(worst, std::abs(ms - 1.0));
+      }
+    }
+  }
+  return worst;
+}
+
+TEST(ReferenceModel, Qwen3NormalizesEveryQAndKHeadBeforeRope) {
+  testing::TinyShape shape;
+  shape.hidden = 24;  // heads 4 x head_dim 8 = 32 != hidden: q_dim is not the hidden size
+  ModelConfig c = tiny_config(shape);
+  c.family = ModelFamily::kQwen3;
+  c.rms_norm_eps = 1e-9;
+  c.tie_word_embeddings = true;
+  TensorMap weights = make_random_weights(c, DType::kF32, 21);
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    for (const char* norm : {"self_attn.q_norm.weight", "self_attn.k_norm.weight"}) {
+      weights.add_float(layer_tensor_name(l, norm), DType::kF32, {c.head_dim},
+                        std::vector<float>(static_cast<std::size_t>(c.head_dim), 1.0F));
+    }
+  }
+  const std::vector<std::int32_t> tokens = test_tokens(6, c.vocab_size, 21);
+  RecordQk qwen3;
+  (void)ReferenceModel(c, std::make_shared<TensorMap>(weights), "qwen3").forward(tokens, &qwen3);
+  ASSERT_EQ(qwen3.qs.size(), 2U);
+  EXPECT_LT(max_head_rms_error(qwen3.qs, c.head_dim), 1e-6);
+  EXPECT_LT(max_head_rms_error(qwen3.ks, c.head_dim), 1e-6);
+
+  ModelConfig llama = c;
+  llama.family = ModelFamily::kLlama;
+  RecordQk plain;
+  (void)tiny_model(llama, 21).forward(tokens, &plain);
+  EXPECT_GT(max_head_rms_error(plain.qs, c.head_dim), 1e-2);
+}
+
+TEST(ReferenceModel, Qwen3QkNormWeightsAreUsedAndRequired) {
+  testing::TinyShape shape;
+  ModelConfig c = tiny_config(shape);
+  c.family = ModelFamily::kQwen3;
+  const TensorMap weights = make_random_weights(c, DType::kF32, 23);
+  const std::vector<std::int32_t> tokens = test_tokens(5, c.vocab_size, 23);
+  const MatrixRM base = ReferenceModel(c, std::make_shared<TensorMap>(weights), "qwen3").forward(tokens);
+  for (const std::string& name : {layer_tensor_name(0, "self_attn.q_norm.weight"), layer_tensor_name(1, "self_attn.k_norm.weight")}) {
+    TensorMap changed = weights;
+    const TensorView t = *weights.find(name);
+    EXPECT_EQ(t.shape, (std::vector<std::int64_t>{c.head_dim}));
+    std::vector<float> values(static_cast<std::size_t>(t.numel()), 1.0F);
+    values[1] = 1.5F;  // one channel of the head
+    changed.add_float(name, DType::kF32, t.shape, values);
+    const MatrixRM other = ReferenceModel(c, std::make_shared<TensorMap>(changed), "qwen3").forward(tokens);
+    EXPECT_NE(base, other) << name << " had no effect";
+    TensorMap missing = weights;
+    missing.erase(name);
+    expect_input_error([&] { ReferenceModel(c, std::make_shared<TensorMap>(missing), "qwen3/config.json"); },
+                       {name, "missing tensor"});
   }
 }
 
