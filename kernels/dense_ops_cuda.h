@@ -15,7 +15,16 @@ struct CudaMatrix {
   float* bias = nullptr;
   std::int64_t rows = 0, cols = 0;
 };
-CudaMatrix upload_matrix_cuda(const float* w, std::int64_t rows, std::int64_t cols, const float* bias);
+// How the host weight bytes are stored (kernels/cpu/weight_dtype.h's WeightDType, which this
+// C++17 header cannot include).
+enum class CudaWeightType : std::uint8_t { kF32, kF16, kBF16 };
+// Uploads W as stored on the host: `w` points to rows * cols little-endian elements of `type`,
+// row-major, at any byte alignment (the mmapped checkpoint). The bytes go up as they are, in
+// slices, and a kernel widens each slice into the float matrix on the device (exact for bf16 and
+// f16), so the host never holds a float copy; the device holds float32, which cuBLAS SGEMM and
+// the warp-per-output kernel read.
+CudaMatrix upload_matrix_cuda(const void* w, CudaWeightType type, std::int64_t rows, std::int64_t cols,
+                              const float* bias);
 void free_matrix_cuda(CudaMatrix& m);
 
 // y[r] = W x[r] (+ b), x: [rows][cols], y: [rows][W.rows]. Every output is one warp's dot product

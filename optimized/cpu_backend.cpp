@@ -94,7 +94,8 @@ void CpuBackend::linear(const DenseWeight& w, std::span<const float> x, std::int
     const std::int64_t r0 = (task / chunks) * kLinearRowBlock;
     const std::int64_t a = (task % chunks) * kLinearChunk;
     LinearRowsArgs args;
-    args.w = w.w.data();
+    args.w = w.w.data;  // as stored: linear_rows widens bf16 / f16 in its inner loop
+    args.w_dtype = w.w.dtype;
     args.w_stride = in;
     args.in = in;
     args.bias = w.bias.empty() ? nullptr : w.bias.data();
@@ -121,7 +122,13 @@ void CpuBackend::linear_prefill(const DenseWeight& w, std::span<const float> x, 
   parallel(chunks, [&](std::int64_t c) {
     const std::int64_t a = c * kPrefillChunk;
     const std::int64_t n = std::min(kPrefillChunk, out - a);
-    ym.middleCols(a, n).noalias() = xm * w.w.middleRows(a, n).transpose();
+    // The chunk's weight rows widened to float (exact) into an aligned buffer, then the GEMM a
+    // float32 copy of W got: the same expression type (a row block of a float matrix), strides
+    // and alignment, so the same blocking and the same bits.
+    thread_local MatrixRMf wf;
+    wf.resize(n, in);
+    w.w.widen_rows_to(a, n, wf.data());
+    ym.middleCols(a, n).noalias() = xm * wf.topRows(n).transpose();
     if (!w.bias.empty()) {
       for (std::int64_t r = 0; r < rows; ++r) {
         for (std::int64_t i = 0; i < n; ++i) ym(r, a + i) += w.bias[static_cast<std::size_t>(a + i)];

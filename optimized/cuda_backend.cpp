@@ -32,7 +32,12 @@ CudaBackend::~CudaBackend() {
 const CudaMatrix& CudaBackend::device_weight(const DenseWeight& w) {
   auto it = weights_.find(&w);
   if (it == weights_.end()) {
-    it = weights_.emplace(&w, upload_matrix_cuda(w.w.data(), w.out(), w.in(), w.bias.empty() ? nullptr : w.bias.data()))
+    // The checkpoint's bytes as stored; upload_matrix_cuda widens them to float on the device.
+    const CudaWeightType type = w.w.dtype == WeightDType::kBF16  ? CudaWeightType::kBF16
+                                : w.w.dtype == WeightDType::kF16 ? CudaWeightType::kF16
+                                                                 : CudaWeightType::kF32;
+    it = weights_
+             .emplace(&w, upload_matrix_cuda(w.w.data, type, w.out(), w.in(), w.bias.empty() ? nullptr : w.bias.data()))
              .first;
   }
   return it->second;

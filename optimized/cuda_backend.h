@@ -2,7 +2,8 @@
 // row-invariant warp-per-output kernel (decode rows) or cuBLAS SGEMM (a prompt), RMSNorm, RoPE,
 // SwiGLU, prefill attention with column sums and paged decode attention. Weights are uploaded once,
 // on first use, keyed by the DenseWeight they come from (which must outlive the backend, as the
-// Engine's weights do).
+// Engine's weights do), from the checkpoint's bf16 / f16 / f32 bytes as stored (EngineWeights
+// views them in place) and widened to float32 on the device, where SGEMM reads them.
 //
 // This is the verified-first baseline behind the CPU backend's host-span interface: every call
 // copies its activations and pages to the device and back, so it is correct, not fast. The

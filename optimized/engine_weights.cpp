@@ -1,33 +1,78 @@
 #include "optimized/engine_weights.h"
 
-#include <algorithm>
 #include <cmath>
 #include <fmt/format.h>
+#include <string>
 
 #include "reference/errors.h"
 #include "reference/layers.h"
+#include "reference/weights.h"
 
 namespace kvcheck {
 namespace {
 
-DenseWeight dense(const MatrixRMd& w, const Eigen::RowVectorXd& bias) {
-  DenseWeight d;
-  d.w = w.cast<float>();
-  d.bias.resize(static_cast<std::size_t>(bias.size()));
-  for (Eigen::Index i = 0; i < bias.size(); ++i) d.bias[static_cast<std::size_t>(i)] = static_cast<float>(bias[i]);
-  return d;
-}
+class WeightViews {
+ public:
+  explicit WeightViews(const TensorSource& source) : source_(source) {}
 
-std::vector<float> to_float(std::span<const double> v) { return {v.begin(), v.end()}; }
+  // The 2-D tensor `name` in place. Shapes and dtypes were checked when the model loaded
+  // (check_tensors); the dtype is checked again here because the engine reads the bytes itself.
+  WeightMatrix matrix(const std::string& name) const {
+    const TensorView t = get(name);
+    if (t.shape.size() != 2) {
+      throw input_error(source_.origin(name), name, "expected a 2-D weight, got {}-D", t.shape.size());
+    }
+    WeightMatrix m;
+    m.data = t.bytes.data();
+    m.dtype = dtype(t, name);
+    m.rows = t.shape[0];
+    m.cols = t.shape[1];
+    return m;
+  }
+
+  std::vector<float> vector(const std::string& name) const {
+    const TensorView t = get(name);
+    std::vector<float> v(static_cast<std::size_t>(t.numel()));
+    to_float(t, v, source_.origin(name) + ": " + name);
+    return v;
+  }
+
+  DenseWeight dense(const std::string& weight, const std::string& bias) const {
+    DenseWeight d;
+    d.w = matrix(weight);
+    if (!bias.empty()) d.bias = vector(bias);
+    return d;
+  }
+
+ private:
+  TensorView get(const std::string& name) const {
+    const std::optional<TensorView> t = source_.find(name);
+    if (!t) throw input_error(source_.origin(name), name, "missing tensor");
+    return *t;
+  }
+
+  WeightDType dtype(const TensorView& t, const std::string& name) const {
+    switch (t.dtype) {
+      case DType::kF32: return WeightDType::kF32;
+      case DType::kF16: return WeightDType::kF16;
+      case DType::kBF16: return WeightDType::kBF16;
+      default:
+        throw input_error(source_.origin(name), name, "dtype {} is not a float weight dtype (F32, F16 or BF16)",
+                          dtype_name(t.dtype));
+    }
+  }
+
+  const TensorSource& source_;
+};
 
 std::int64_t dense_bytes(const DenseWeight& d) {
-  return static_cast<std::int64_t>(d.w.size() + static_cast<Eigen::Index>(d.bias.size())) * 4;
+  return d.w.bytes() + static_cast<std::int64_t>(d.bias.size()) * 4;
 }
 
 }  // namespace
 
 std::int64_t EngineWeights::bytes() const {
-  std::int64_t n = static_cast<std::int64_t>(embedding.size()) * 4 + dense_bytes(lm_head);
+  std::int64_t n = embedding.bytes() + (config.tie_word_embeddings ? 0 : dense_bytes(lm_head));
   for (const EngineLayer& l : layers) {
     n += dense_bytes(l.q) + dense_bytes(l.k) + dense_bytes(l.v) + dense_bytes(l.o) + dense_bytes(l.gate) +
          dense_bytes(l.up) + dense_bytes(l.down);
@@ -44,35 +89,31 @@ EngineWeights load_engine_weights(const ReferenceModel& model) {
   }
   EngineWeights e;
   e.config = c;
-  const ModelWeights& w = model.weights();
-  // In chunks, so that a large vocabulary never needs its whole table in double at once.
-  e.embedding.resize(c.vocab_size, c.hidden_size);
-  constexpr std::int64_t kChunk = 4096;
-  for (std::int64_t t0 = 0; t0 < c.vocab_size; t0 += kChunk) {
-    const std::int64_t n = std::min(kChunk, c.vocab_size - t0);
-    std::vector<std::int32_t> ids(static_cast<std::size_t>(n));
-    for (std::int64_t i = 0; i < n; ++i) ids[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(t0 + i);
-    e.embedding.middleRows(t0, n) = w.embed(ids).cast<float>();
-  }
+  e.source = model.weights().shared_source();
+  const WeightViews views(*e.source);
+  e.embedding = views.matrix("model.embed_tokens.weight");
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const auto lw = w.layer(l);
+    const auto name = [l](const char* suffix) { return layer_tensor_name(l, suffix); };
+    const auto bias = [&](bool present, const char* suffix) { return present ? name(suffix) : std::string(); };
     EngineLayer el;
-    el.input_norm = to_float(lw->input_norm);
-    el.post_norm = to_float(lw->post_norm);
-    el.q_norm = to_float(lw->q_norm);
-    el.k_norm = to_float(lw->k_norm);
-    el.q = dense(lw->wq, lw->bq);
-    el.k = dense(lw->wk, lw->bk);
-    el.v = dense(lw->wv, lw->bv);
-    el.o = dense(lw->wo, lw->bo);
-    const Eigen::RowVectorXd none;
-    el.gate = dense(lw->w_gate, none);
-    el.up = dense(lw->w_up, none);
-    el.down = dense(lw->w_down, none);
+    el.input_norm = views.vector(name("input_layernorm.weight"));
+    el.post_norm = views.vector(name("post_attention_layernorm.weight"));
+    if (c.qk_norm()) {
+      el.q_norm = views.vector(name("self_attn.q_norm.weight"));
+      el.k_norm = views.vector(name("self_attn.k_norm.weight"));
+    }
+    el.q = views.dense(name("self_attn.q_proj.weight"), bias(c.qkv_bias, "self_attn.q_proj.bias"));
+    el.k = views.dense(name("self_attn.k_proj.weight"), bias(c.qkv_bias, "self_attn.k_proj.bias"));
+    el.v = views.dense(name("self_attn.v_proj.weight"), bias(c.qkv_bias, "self_attn.v_proj.bias"));
+    el.o = views.dense(name("self_attn.o_proj.weight"), bias(c.o_bias, "self_attn.o_proj.bias"));
+    el.gate = views.dense(name("mlp.gate_proj.weight"), "");
+    el.up = views.dense(name("mlp.up_proj.weight"), "");
+    el.down = views.dense(name("mlp.down_proj.weight"), "");
     e.layers.push_back(std::move(el));
   }
-  e.final_norm = to_float(w.final_norm());
-  e.lm_head = dense(*w.lm_head(), Eigen::RowVectorXd());
+  e.final_norm = views.vector("model.norm.weight");
+  // A tied head reads the embedding's bytes: no copy.
+  e.lm_head.w = c.tie_word_embeddings ? e.embedding : views.matrix("lm_head.weight");
   // RoPE angles in double, as the reference computes them, rounded to float once.
   const std::vector<double> inv_freq = rope_inv_freq(c.head_dim, c.rope_theta, c.rope_scaling);
   const std::int64_t half = c.head_dim / 2;

@@ -105,8 +105,7 @@ std::vector<float> ModelRunner::prefill(std::int64_t request, std::span<const st
     for (std::int64_t t = 0; t < T; ++t) positions[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(t);
     std::vector<float> x(static_cast<std::size_t>(T * H));
     for (std::int64_t t = 0; t < T; ++t) {
-      const auto row = weights_.embedding.row(tokens[static_cast<std::size_t>(t)]);
-      std::copy(row.data(), row.data() + H, x.data() + t * H);
+      weights_.embedding.widen_row_to(tokens[static_cast<std::size_t>(t)], x.data() + t * H);
     }
     std::vector<float> n(x.size()), q, k, v, attn(static_cast<std::size_t>(T * c.q_dim())), o, normed;
     for (std::int32_t l = 0; l < c.num_hidden_layers; ++l) {
@@ -234,8 +233,7 @@ std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, s
   cache_.reserve(requests, positions, step);  // PoolExhausted here, before any compute
   std::vector<float> x(static_cast<std::size_t>(B * H));
   for (std::int64_t b = 0; b < B; ++b) {
-    const auto row = weights_.embedding.row(tokens[static_cast<std::size_t>(b)]);
-    std::copy(row.data(), row.data() + H, x.data() + b * H);
+    weights_.embedding.widen_row_to(tokens[static_cast<std::size_t>(b)], x.data() + b * H);
   }
   std::vector<float> n(x.size()), q(static_cast<std::size_t>(B * c.q_dim())), k(static_cast<std::size_t>(B * c.kv_dim())),
       v(k.size()), attn(q.size()), o(x.size()), normed;

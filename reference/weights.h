@@ -62,6 +62,8 @@ class ModelWeights {
 
   const ModelConfig& config() const { return config_; }
   const TensorSource& source() const { return *source_; }
+  // The same source, shared: the engine keeps it alive while it reads the weights in place.
+  std::shared_ptr<const TensorSource> shared_source() const { return source_; }
 
   // The converted weights of one layer: kept from an earlier call, or converted now.
   std::shared_ptr<const LayerWeights> layer(std::int64_t layer) const;

@@ -1,8 +1,14 @@
 #include "kernels/cpu/linear_rows.h"
 
+#include <cstddef>
 #include <cstring>
 #include <string>
 #include <stdexcept>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define KVCHECK_LINEAR_AVX2 1
+#include <immintrin.h>
+#endif
 
 // Lanes values only cross always-inline functions, so the AVX argument-passing ABI note is moot.
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -13,72 +19,36 @@ namespace {
 // Eight floats; on a baseline x86-64 target GCC lowers each operation to two SSE instructions,
 // under target("avx2") to one. Lane l only ever meets lane l, so both give the same bits.
 typedef float Lanes __attribute__((vector_size(32)));
+// Eight bf16 / f16 bit patterns, and the same widened to 32 bits (bf16 widening).
+typedef std::uint16_t U16Lanes __attribute__((vector_size(16)));
+typedef std::uint32_t U32Lanes __attribute__((vector_size(32)));
 
 #define KVCHECK_ALWAYS_INLINE inline __attribute__((always_inline))
 
-KVCHECK_ALWAYS_INLINE Lanes load8(const float* p) {
-  Lanes v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
+// The kernel body twice: the templates must be compiled under the target they run on (an
+// always-inline F16C intrinsic cannot be inlined into a function without F16C), so each build
+// gets its own copy of them.
+namespace portable {
+#include "kernels/cpu/linear_rows_body.inc"
+}  // namespace portable
 
-KVCHECK_ALWAYS_INLINE float combine(const Lanes& s) {
-  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-}
-
-// O output rows of W times R rows of x: O*R accumulators, each weight vector loaded once per
-// R rows and each x vector once per O outputs.
-template <int O, int R>
-KVCHECK_ALWAYS_INLINE void tile(const LinearRowsArgs& a, std::int64_t o0, std::int64_t r0) {
-  const std::int64_t body = a.in & ~std::int64_t{7};
-  Lanes acc[O][R];
-  for (int o = 0; o < O; ++o) {
-    for (int r = 0; r < R; ++r) acc[o][r] = Lanes{0, 0, 0, 0, 0, 0, 0, 0};
-  }
-  const float* w = a.w + o0 * a.w_stride;
-  const float* x = a.x + r0 * a.x_stride;
-  for (std::int64_t k = 0; k < body; k += 8) {
-    Lanes wv[O];
-    for (int o = 0; o < O; ++o) wv[o] = load8(w + o * a.w_stride + k);
-    for (int r = 0; r < R; ++r) {
-      const Lanes xv = load8(x + r * a.x_stride + k);
-      for (int o = 0; o < O; ++o) acc[o][r] += wv[o] * xv;
-    }
-  }
-  for (int o = 0; o < O; ++o) {
-    for (int r = 0; r < R; ++r) {
-      float tail = 0.0f;
-      for (std::int64_t k = body; k < a.in; ++k) tail += w[o * a.w_stride + k] * x[r * a.x_stride + k];
-      float s = combine(acc[o][r]) + tail;
-      if (a.bias != nullptr) s += a.bias[o0 + o];
-      a.y[(r0 + r) * a.y_stride + o0 + o] = s;
-    }
-  }
-}
-
-template <int O>
-KVCHECK_ALWAYS_INLINE void rows_of(const LinearRowsArgs& a, std::int64_t o0) {
-  std::int64_t r = 0;
-  for (; r + 4 <= a.rows; r += 4) tile<O, 4>(a, o0, r);
-  switch (a.rows - r) {
-    case 3: tile<O, 3>(a, o0, r); break;
-    case 2: tile<O, 2>(a, o0, r); break;
-    case 1: tile<O, 1>(a, o0, r); break;
-    default: break;
-  }
-}
-
-KVCHECK_ALWAYS_INLINE void run(const LinearRowsArgs& a) {
-  std::int64_t o = a.out_begin;
-  for (; o + 2 <= a.out_end; o += 2) rows_of<2>(a, o);
-  if (o < a.out_end) rows_of<1>(a, o);
-}
-
-void run_portable(const LinearRowsArgs& a) { run(a); }
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define KVCHECK_LINEAR_AVX2 1
-__attribute__((target("avx2"))) void run_avx2(const LinearRowsArgs& a) { run(a); }
+#if defined(KVCHECK_LINEAR_AVX2)
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,f16c"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,f16c")
+#endif
+namespace avx2 {
+#define KVCHECK_LINEAR_F16C 1
+#include "kernels/cpu/linear_rows_body.inc"
+#undef KVCHECK_LINEAR_F16C
+}  // namespace avx2
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
 #endif
 
 void check(const LinearRowsArgs& a) {
@@ -87,6 +57,9 @@ void check(const LinearRowsArgs& a) {
                                                         (a.w == nullptr || a.x == nullptr || a.y == nullptr))) {
     throw std::invalid_argument("linear_rows: inconsistent shapes or strides");
   }
+  if (a.w_dtype != WeightDType::kF32 && a.w_dtype != WeightDType::kF16 && a.w_dtype != WeightDType::kBF16) {
+    throw std::invalid_argument("linear_rows: unknown weight dtype");
+  }
 }
 
 }  // namespace
@@ -94,7 +67,7 @@ void check(const LinearRowsArgs& a) {
 bool linear_isa_available(LinearIsa isa) {
   if (isa == LinearIsa::kPortable) return true;
 #if defined(KVCHECK_LINEAR_AVX2)
-  return __builtin_cpu_supports("avx2");
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
 #else
   return false;
 #endif
@@ -114,11 +87,11 @@ void linear_rows(const LinearRowsArgs& a, LinearIsa isa) {
   }
 #if defined(KVCHECK_LINEAR_AVX2)
   if (isa == LinearIsa::kAvx2) {
-    run_avx2(a);
+    avx2::run(a);
     return;
   }
 #endif
-  run_portable(a);
+  portable::run(a);
 }
 
 void linear_rows(const LinearRowsArgs& a) { linear_rows(a, linear_rows_isa()); }

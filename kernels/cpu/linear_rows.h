@@ -7,16 +7,23 @@
 // batch it shares a step with, nor on the tile a thread happens to own. What the tiling buys is
 // reuse: each weight row is loaded once per block of rows instead of once per row.
 //
-// On x86-64 the loop is compiled twice, for the baseline ISA and for AVX2, and the AVX2 build is
-// used when the CPU has it. Both perform the same multiplies and adds lane for lane (AVX2 without
-// FMA; kernels/ builds with -ffp-contract=off), so the choice never changes a bit.
+// W is read as the checkpoint stores it (F32, F16 or BF16; kernels/cpu/weight_dtype.h) and each
+// element is widened to float inside the inner loop. The widening is exact, so a bf16 or f16 W
+// gives bit for bit what the same W converted to a float32 matrix first would give.
+//
+// On x86-64 the loop is compiled twice, for the baseline ISA and for AVX2 + F16C, and the AVX2
+// build is used when the CPU has both. Both perform the same multiplies and adds lane for lane
+// (AVX2 without FMA; kernels/ builds with -ffp-contract=off) and the same exact widening (F16C's
+// vcvtph2ps in one, a scalar conversion in the other), so the choice never changes a bit.
 #pragma once
 
 #include <cstdint>
 
+#include "kernels/cpu/weight_dtype.h"
+
 namespace kvcheck {
 
-enum class LinearIsa { kPortable, kAvx2 };
+enum class LinearIsa { kPortable, kAvx2 };  // kAvx2: AVX2 and F16C
 
 // The ISA linear_rows uses on this CPU.
 LinearIsa linear_rows_isa();
@@ -25,8 +32,8 @@ const char* linear_isa_name(LinearIsa isa);
 bool linear_isa_available(LinearIsa isa);
 
 struct LinearRowsArgs {
-  const float* w = nullptr;    // [out, in] row-major, `w_stride` floats between rows
-  std::int64_t w_stride = 0;
+  const void* w = nullptr;     // [out, in] row-major elements of w_dtype, `w_stride` elements between
+  std::int64_t w_stride = 0;   // rows; any byte alignment (read through memcpy)
   std::int64_t in = 0;
   const float* bias = nullptr;  // [out] or null
   const float* x = nullptr;     // [rows, in], `x_stride` floats between rows
@@ -36,6 +43,7 @@ struct LinearRowsArgs {
   std::int64_t rows = 0;
   std::int64_t out_begin = 0;   // computes outputs [out_begin, out_end) of every row
   std::int64_t out_end = 0;
+  WeightDType w_dtype = WeightDType::kF32;  // last, so that positional initializers stay valid
 };
 
 void linear_rows(const LinearRowsArgs& a);

@@ -53,7 +53,9 @@ void paged_decode_attention_cuda_device(const CudaDecodeBatch&, float*, void*) {
 }
 void prefill_attention_cuda_host(const CudaPrefillArgs&) { no_cuda("prefill_attention_cuda"); }
 void prefill_attention_cuda_device(const CudaPrefillArgs&, float*, void*) { no_cuda("prefill_attention_cuda"); }
-CudaMatrix upload_matrix_cuda(const float*, std::int64_t, std::int64_t, const float*) { no_cuda("upload_matrix_cuda"); }
+CudaMatrix upload_matrix_cuda(const void*, CudaWeightType, std::int64_t, std::int64_t, const float*) {
+  no_cuda("upload_matrix_cuda");
+}
 void free_matrix_cuda(CudaMatrix&) {}
 void linear_rows_cuda(const CudaMatrix&, const float*, std::int64_t, float*) { no_cuda("linear_rows_cuda"); }
 void linear_gemm_cuda(const CudaMatrix&, const float*, std::int64_t, float*) { no_cuda("linear_gemm_cuda"); }

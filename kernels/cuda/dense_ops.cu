@@ -1,7 +1,9 @@
 // The model runner's dense operations on the GPU (kernels/dense_ops_cuda.h).
 #include <cublas_v2.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
@@ -43,6 +45,14 @@ __global__ void __launch_bounds__(kThreads) LinearRowsKernel(CudaMatrix m, const
   for (std::int64_t c = lane; c < m.cols; c += 32) s += wr[c] * xr[c];
   for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(kFullMask, s, off);
   if (lane == 0) y[r * m.rows + o] = m.bias != nullptr ? s + m.bias[o] : s;
+}
+
+// out[i] = element i of `in` (bf16 or f16 bits) widened to float; exact.
+__global__ void WidenKernel(const std::uint16_t* in, bool bf16, std::int64_t n, float* out) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const unsigned int bits = in[i];
+  out[i] = bf16 ? __uint_as_float(bits << 16) : __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
 }
 
 __global__ void AddBiasKernel(float* y, const float* bias, std::int64_t rows, std::int64_t width) {
@@ -101,14 +111,34 @@ cublasHandle_t cublas() {
 
 }  // namespace
 
-CudaMatrix upload_matrix_cuda(const float* w, std::int64_t rows, std::int64_t cols, const float* bias) {
+CudaMatrix upload_matrix_cuda(const void* w, CudaWeightType type, std::int64_t rows, std::int64_t cols,
+                              const float* bias) {
   require_device();
   CudaMatrix m;
   m.rows = rows;
   m.cols = cols;
-  const auto bytes = static_cast<std::size_t>(rows * cols) * sizeof(float);
+  const std::int64_t n = rows * cols;
+  const auto bytes = static_cast<std::size_t>(n) * sizeof(float);
   check(cudaMalloc(&m.w, bytes), "cudaMalloc (weights)");
-  check(cudaMemcpy(m.w, w, bytes, cudaMemcpyHostToDevice), "cudaMemcpy (weights)");
+  if (type == CudaWeightType::kF32) {
+    // cudaMemcpy reads the host bytes at any alignment.
+    check(cudaMemcpy(m.w, w, bytes, cudaMemcpyHostToDevice), "cudaMemcpy (weights)");
+  } else {
+    // 16-bit elements: slices of at most 32M elements (64 MB) go up as stored and are widened
+    // on the device into their place in m.w.
+    constexpr std::int64_t kSlice = std::int64_t{1} << 25;
+    DeviceBuffer<std::uint16_t> staging(std::min(n, kSlice));
+    const auto* src = static_cast<const unsigned char*>(w);
+    for (std::int64_t i0 = 0; i0 < n; i0 += kSlice) {
+      const std::int64_t len = std::min(kSlice, n - i0);
+      check(cudaMemcpy(staging.get(), src + i0 * 2, static_cast<std::size_t>(len) * 2, cudaMemcpyHostToDevice),
+            "cudaMemcpy (weights)");
+      WidenKernel<<<blocks_for(len, kThreads), kThreads>>>(staging.get(), type == CudaWeightType::kBF16, len,
+                                                           m.w + i0);
+      check(cudaGetLastError(), "WidenKernel launch");
+    }
+    check(cudaDeviceSynchronize(), "WidenKernel");
+  }
   if (bias != nullptr) {
     check(cudaMalloc(&m.bias, static_cast<std::size_t>(rows) * sizeof(float)), "cudaMalloc (bias)");
     check(cudaMemcpy(m.bias, bias, static_cast<std::size_t>(rows) * sizeof(float), cudaMemcpyHostToDevice),

@@ -1,19 +1,24 @@
 // The decode projection kernel against its definition: every element of linear_rows equals
 // row_ops::dot of its weight row and input row (plus the bias) bit for bit, whatever the number of
 // rows in the batch, the output range a task owns, the strides, and the ISA build (portable or
-// AVX2). A wrong tile index, a dropped tail element, a missing bias or a reduction order that
-// depended on the tile would each change some bit.
+// AVX2), and whatever dtype W is stored in (bf16, f16, f32 at any alignment: the same bits as on
+// the float values). A wrong tile index, a dropped tail element, a missing bias, a reduction order
+// that depended on the tile or an inexact widening would each change some bit.
 //   RC_PARAMS="seed=7 max_success=20000" build-cpu/properties/kvcheck_property_tests --gtest_filter='LinearRowsProps.*'
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 
+#include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include "kernels/cpu/linear_rows.h"
 #include "kernels/cpu/row_ops.h"
+#include "kernels/cpu/weight_dtype.h"
 #include "properties/support/property_check.h"
+#include "reference/tensor.h"
 
 namespace kvcheck {
 namespace {
@@ -49,11 +54,13 @@ Case gen_case() {
 
 constexpr float kUntouched = -12345.0f;
 
-std::vector<float> run(const Case& c, LinearIsa isa) {
+// w: the weights as `w_dtype` elements (default: c.w itself, float).
+std::vector<float> run(const Case& c, LinearIsa isa, const void* w = nullptr, WeightDType w_dtype = WeightDType::kF32) {
   const std::int64_t y_stride = c.out + c.y_pad;
   std::vector<float> y(static_cast<std::size_t>(c.rows * y_stride), kUntouched);
   LinearRowsArgs a;
-  a.w = c.w.data();
+  a.w = w != nullptr ? w : c.w.data();
+  a.w_dtype = w_dtype;
   a.w_stride = c.in + c.w_pad;
   a.in = c.in;
   a.bias = c.bias ? c.b.data() : nullptr;
@@ -116,6 +123,56 @@ TEST(LinearRowsProps, RowsDoNotDependOnTheirBatch) {
     const std::int64_t y_stride = c.out + c.y_pad;
     RC_ASSERT(std::memcmp(one.data(), batch.data() + r * y_stride, static_cast<std::size_t>(c.out) * sizeof(float)) == 0);
   });
+}
+
+// W as a checkpoint stores it: bf16 or f16 bit patterns (any finite value, subnormals included),
+// or f32, at a byte offset that leaves it unaligned. The kernel must give bit for bit what it gives
+// on the float32 matrix of the same values (converted by the reference's own conversion), in both
+// ISA builds: the widening is exact and the summation order is the float path's.
+TEST(LinearRowsProps, TypedWeightsGiveTheFloatPathBitForBit) {
+  check_property("linear_rows on bf16/f16/f32 bytes == linear_rows on float", 500, [] {
+    Case c = gen_case();
+    const auto dtype = *rc::gen::element(WeightDType::kBF16, WeightDType::kF16, WeightDType::kF32);
+    const auto offset = *rc::gen::inRange<std::size_t>(0, 4);
+    const std::size_t n = c.w.size();
+    const std::size_t size = static_cast<std::size_t>(weight_dtype_size(dtype));
+    std::vector<std::byte> bytes(offset + n * size);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (dtype == WeightDType::kF32) {
+        std::memcpy(bytes.data() + offset + i * 4, &c.w[i], 4);
+        continue;
+      }
+      // A finite pattern: exponent field below all-ones.
+      std::uint16_t bits = *rc::gen::arbitrary<std::uint16_t>();
+      const std::uint16_t exponent = dtype == WeightDType::kBF16 ? 0x7F80 : 0x7C00;
+      if ((bits & exponent) == exponent) bits = static_cast<std::uint16_t>(bits & ~0x4000);
+      std::memcpy(bytes.data() + offset + i * 2, &bits, 2);
+      c.w[i] = dtype == WeightDType::kBF16 ? bf16_bits_to_float(bits) : f16_bits_to_float(bits);
+    }
+    for (const LinearIsa isa : {LinearIsa::kPortable, LinearIsa::kAvx2}) {
+      if (!linear_isa_available(isa)) continue;
+      const std::vector<float> want = run(c, isa);
+      const std::vector<float> got = run(c, isa, bytes.data() + offset, dtype);
+      RC_ASSERT(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+    }
+  });
+}
+
+// Every f16 and bf16 pattern widens as the reference converts it (NaNs: to a NaN).
+TEST(LinearRows, WideningMatchesTheReferenceConversionForEveryPattern) {
+  for (std::uint32_t b = 0; b <= 0xFFFF; ++b) {
+    const auto bits = static_cast<std::uint16_t>(b);
+    for (const WeightDType dtype : {WeightDType::kF16, WeightDType::kBF16}) {
+      const float want = dtype == WeightDType::kBF16 ? bf16_bits_to_float(bits) : f16_bits_to_float(bits);
+      float got = 0.0f;
+      widen_row(reinterpret_cast<const std::byte*>(&bits), dtype, 1, &got);
+      if (std::isnan(want)) {
+        ASSERT_TRUE(std::isnan(got)) << weight_dtype_name(dtype) << " bits " << b;
+      } else {
+        ASSERT_EQ(std::memcmp(&got, &want, sizeof got), 0) << weight_dtype_name(dtype) << " bits " << b;
+      }
+    }
+  }
 }
 
 TEST(LinearRows, RejectsInconsistentShapes) {

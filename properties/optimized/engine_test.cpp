@@ -22,6 +22,7 @@ namespace {
 using testing::test_tokens;
 using testing::tiny_config;
 using testing::tiny_model;
+using testing::tiny_model_edited;
 
 std::unique_ptr<Engine> small_engine(const ReferenceModel& model, const std::string& policy, std::int64_t pages = 0,
                                      int threads = 2) {
@@ -161,9 +162,9 @@ TEST(Engine, RejectsBadInputNamingIt) {
 TEST(Engine, NanActivationsAreRejectedNotStored) {
   // A model whose layer-0 key projection is NaN produces NaN keys at the first token.
   const ModelConfig c = tiny_config();
-  const ReferenceModel model = tiny_model(c, 5);
+  const ReferenceModel model = tiny_model_edited(c, 5, "model.layers.0.self_attn.k_proj.weight",
+                                                 [](std::vector<float>& w) { w[0] = std::nanf(""); });
   auto engine = small_engine(model, "int8");
-  engine->weights.layers[0].k.w(0, 0) = std::nanf("");
   const std::int64_t before = engine->cache->free_pages();
   try {
     engine->runner->prefill(3, test_tokens(10, c.vocab_size, 1));
@@ -182,14 +183,16 @@ TEST(Engine, NanActivationsAreRejectedNotStored) {
 // (its quantized tier is encoded from fp16), it is rejected naming where it is; fp32 stores it.
 TEST(Engine, KeysBeyondFp16RangeAreRejectedWhereFp16StoresThem) {
   const ModelConfig c = tiny_config();
-  const ReferenceModel model = tiny_model(c, 5);
+  const ReferenceModel model =
+      tiny_model_edited(c, 5, "model.layers.0.self_attn.k_proj.weight", [](std::vector<float>& w) {
+        for (float& x : w) x *= 1e6f;
+      });
   for (const char* policy : {"full-fp16", "kivi4:group=16,residual=16", "full-fp32"}) {
     EngineOptions o;
     o.policy = policy;
     o.page_bytes = 4096;
     o.poison = true;
     auto engine = make_engine(model, o);
-    engine->weights.layers[0].k.w *= 1e6f;
     const std::int64_t before = engine->cache->free_pages();
     const bool fp32 = std::string(policy) == "full-fp32";
     try {

@@ -133,8 +133,12 @@ TEST(SchedulerFaults, NanInOneRequestFailsOnlyIt) {
   ASSERT_GE(at, 0) << "no token of request 0 suits the test: change the seeds";
   const std::int32_t poison = alone[0][static_cast<std::size_t>(at)];
 
-  auto e = engine_with(model, "full-fp32", 0);
-  e->weights.embedding.row(poison).setConstant(std::nanf(""));
+  // The engine reads the embedding in place from the checkpoint: poison the row there.
+  const ReferenceModel poisoned =
+      testing::tiny_model_edited(c, 13, "model.embed_tokens.weight", [&](std::vector<float>& w) {
+        std::fill(w.begin() + poison * c.hidden_size, w.begin() + (poison + 1) * c.hidden_size, std::nanf(""));
+      });
+  auto e = engine_with(poisoned, "full-fp32", 0);
   std::vector<std::string> log;
   SchedulerConfig sc;
   sc.log = [&](const std::string& line) { log.push_back(line); };

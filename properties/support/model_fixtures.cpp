@@ -28,6 +28,17 @@ ReferenceModel tiny_model(const ModelConfig& config, std::uint64_t seed, DType d
   return ReferenceModel(config, std::move(weights), "<tiny model>", options);
 }
 
+ReferenceModel tiny_model_edited(const ModelConfig& config, std::uint64_t seed, const std::string& name,
+                                 const std::function<void(std::vector<float>&)>& edit) {
+  auto weights = std::make_shared<TensorMap>(make_random_weights(config, DType::kF32, seed));
+  const TensorView t = *weights->find(name);
+  std::vector<float> values(static_cast<std::size_t>(t.numel()));
+  to_float(t, values, name);
+  edit(values);
+  weights->add_float(name, DType::kF32, t.shape, values);
+  return ReferenceModel(config, std::move(weights), "<tiny model>");
+}
+
 std::vector<std::int32_t> test_tokens(std::int64_t n, std::int64_t vocab, std::uint64_t seed) {
   std::vector<std::int32_t> out(static_cast<std::size_t>(n));
   std::uint64_t x = seed * 0x9e3779b97f4a7c15ULL + 1;

@@ -3,7 +3,9 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "reference/config.h"
@@ -29,6 +31,12 @@ ModelConfig tiny_config(const TinyShape& shape = {});
 // A reference model over random in-memory weights.
 ReferenceModel tiny_model(const ModelConfig& config, std::uint64_t seed, DType dtype = DType::kF32,
                           const LoadOptions& options = {});
+
+// The same model with tensor `name`'s float values passed through `edit` first (as F32; the
+// model's dtype must be F32 so that nothing else changes). The engine reads weights in place from
+// the checkpoint, so a test that poisons a weight poisons it here.
+ReferenceModel tiny_model_edited(const ModelConfig& config, std::uint64_t seed, const std::string& name,
+                                 const std::function<void(std::vector<float>&)>& edit);
 
 // Deterministic token ids in [0, vocab).
 std::vector<std::int32_t> test_tokens(std::int64_t n, std::int64_t vocab, std::uint64_t seed);
