@@ -20,6 +20,7 @@ struct GenerateArgs {
   std::string ids;  // "1,2,3"; parsed by parse_token_ids
   std::int64_t max_new_tokens = 16;
   std::string dump_logits;
+  std::string feed_ids;  // FILE of ids teacher-forced after the prompt (read_feed_ids)
   std::string decode_path = "cache";
   bool no_bos = false;
   bool ignore_eos = false;
@@ -34,6 +35,11 @@ void add_generate(CLI::App& app, GenerateArgs& args);
 // "1, 2,3" -> {1, 2, 3}. InputError naming --ids and the index of anything that is not an
 // integer; an empty or all-blank string gives an empty list.
 std::vector<std::int64_t> parse_token_ids(const std::string& text);
+// The ids of a --feed-ids file: integers separated by commas and/or whitespace (newlines
+// included), e.g. "5, 17\n9". InputError naming the file and the index of anything that is not an
+// integer, of an empty item between commas, or for a file without ids. Vocabulary and length are
+// checked against the model by run_generate.
+std::vector<std::int64_t> read_feed_ids(const std::filesystem::path& file);
 int run_generate(const GenerateArgs& args);
 
 struct VerifyArgs {
