@@ -20,7 +20,9 @@
 
 #include "cli/commands.h"
 #include "cli/engine_options.h"
+#include "cli/eval_files.h"
 #include "cli/json_file.h"
+#include "cli/output_file.h"
 #include "cli/verify_prompts.h"
 #include "cli/verify_step_oracle.h"
 #include "cli/xkv_calibration.h"
@@ -57,8 +59,12 @@ void add_verify(CLI::App& app, VerifyArgs& args) {
   cmd->add_option("--kv-pages", args.kv_pages, "Pages in the engine's KV pool (0: automatic)")->capture_default_str();
   cmd->add_option("--page-bytes", args.page_bytes, "Bytes per KV page")->capture_default_str();
   cmd->add_option("--threads", args.threads, "Engine CPU threads (0: every core)")->capture_default_str();
-  cmd->add_option("--seed", args.seed, "Seed of the random-id prompts used when the model has no tokenizer.model")
+  cmd->add_option("--seed", args.seed, "Seed of the random-id prompts used when the model has no tokenizer")
       ->capture_default_str();
+  cmd->add_option("--heldout", args.heldout_file,
+                  "Held-out text the prompts are cut from, JSONL (default: <datasets>/eval/heldout.jsonl)");
+  cmd->add_option("--retrieval", args.retrieval_file,
+                  "--sweep: retrieval items, JSONL (default: <datasets>/eval/retrieval.jsonl)");
   cmd->add_flag("--verify-each-step", args.verify_each_step,
                 "At every decode step, layer and kv head, check the engine's attention against exact attention over "
                 "the tokens the policy holds and against the error bound around full attention (exit 3 on a "
@@ -95,6 +101,12 @@ int run_verify(const VerifyArgs& args) {
     for (const std::string& name : policy_names()) fmt::print("{}\n", name);
     return 0;
   }
+  // Inputs and outputs checked before any model work.
+  check_eval_files(args.heldout_file, args.retrieval_file);
+  if (!args.json.empty()) check_output_file(args.json, "--json");
+  if (!args.retrieval_file.empty() && !args.sweep) {
+    throw input_error("--retrieval", args.retrieval_file, "applies to --sweep (verify without it runs no retrieval items)");
+  }
   if (args.sweep) {
     if (args.verify_each_step) throw input_error("--sweep", "flags", "--verify-each-step runs without --sweep");
     return run_verify_sweep(args);
@@ -111,7 +123,8 @@ int run_verify(const VerifyArgs& args) {
   const ModelConfig& c = model.config();
   std::unique_ptr<Engine> engine = make_engine(model, single_request_engine_options(args, args.policy));
   std::string origin;
-  const std::vector<Prompt> prompts = make_prompts(args, dir, c, origin);
+  std::filesystem::path text_file;
+  const std::vector<Prompt> prompts = make_prompts(args, dir, c, origin, &text_file);
   const auto V = static_cast<std::size_t>(c.vocab_size);
   std::unique_ptr<VerifyStepOracle> oracle;
   if (args.verify_each_step) oracle = std::make_unique<VerifyStepOracle>(*engine);
@@ -205,6 +218,7 @@ int run_verify(const VerifyArgs& args) {
                         {"device", args.device},
                         {"feed", args.feed},
                         {"prompt_source", origin},
+                        {"datasets", datasets_json(text_file, {})},
                         {"prompts", prompts.size()},
                         {"prompt_tokens", args.prompt_tokens},
                         {"max_new_tokens", args.max_new_tokens},

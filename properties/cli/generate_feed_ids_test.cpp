@@ -66,6 +66,12 @@ TEST(GenerateCli, UnwritableDumpLogitsIsBadInputBeforeAnyModelWork) {
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("--dump-logits: " + dir.path().string() + ": cannot write: is a directory"), std::string::npos)
       << r.output;
+  // verify --json shares the check.
+  r = run_kvcheck("verify --model /nonexistent-model --json /nonexistent-dir/verify.json");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--json: /nonexistent-dir/verify.json: cannot write: No such file or directory"),
+            std::string::npos)
+      << r.output;
   // A writable path: the dump is there, whole, and nothing else is left beside it.
   r = run_kvcheck("generate " + kPrompt + " --max-new-tokens 4 --ignore-eos --dump-logits " + shell_quote(dir / "l.npy"));
   ASSERT_EQ(r.code, 0) << r.output;
