@@ -6,9 +6,12 @@
 // so its logits line up position by position even after the two would have diverged:
 //   - logits NMSE per position (the max is reported), KL(P_ref || P_engine) mean / p99 / max and
 //     top-1 agreement over the decode positions (the ones that read the compressed cache);
-//   - greedy match: at every decode position the engine's argmax equals the reference's, i.e.
-//     the engine's own greedy run would have produced the reference's tokens; the first
+//   - greedy match (--feed greedy only: with --feed text nothing is decoded greedily, and the
+//     field is left out): at every decode position the engine's argmax equals the reference's,
+//     i.e. the engine's own greedy run would have produced the reference's tokens; the first
 //     position where it would not is the first divergence.
+// It prints and writes the number of tokens fed after the prompts (per prompt and in total): the
+// greedy continuation stops at max_position_embeddings, so it can be shorter than asked.
 #include <algorithm>
 #include <filesystem>
 #include <optional>
@@ -125,13 +128,14 @@ int run_verify(const VerifyArgs& args) {
   std::string origin;
   std::filesystem::path text_file;
   const std::vector<Prompt> prompts = make_prompts(args, dir, c, origin, &text_file);
+  const bool greedy_feed = args.feed == "greedy";
   const auto V = static_cast<std::size_t>(c.vocab_size);
   std::unique_ptr<VerifyStepOracle> oracle;
   if (args.verify_each_step) oracle = std::make_unique<VerifyStepOracle>(*engine);
 
   std::vector<double> kls, nmses;
   double prefill_nmse_max = 0.0;
-  std::int64_t same_top = 0, positions = 0, greedy_matches = 0;
+  std::int64_t same_top = 0, positions = 0, greedy_matches = 0, fed_total = 0;
   nlohmann::json per_prompt = nlohmann::json::array();
   for (std::size_t p = 0; p < prompts.size(); ++p) {
     const std::span<const std::int32_t> all(prompts[p].tokens);
@@ -181,13 +185,16 @@ int run_verify(const VerifyArgs& args) {
       if (!cmp.same_top && first_divergence < 0) first_divergence = r - (P - 1);
     }
     if (first_divergence < 0) ++greedy_matches;
+    const auto fed = static_cast<std::int64_t>(continuation.size());
+    fed_total += fed;
     per_prompt.push_back({{"source", prompts[p].source},
                           {"prompt_tokens", P},
+                          {"fed_tokens", fed},
                           {"decode_positions", rows - (P - 1)},
                           {"logits_nmse_max", decode_nmse},
                           {"prefill_logits_nmse_max", prompt_nmse},
                           {"first_divergence", first_divergence}});
-    fmt::print("prompt {:>3}: nmse max {:.3e}, first divergence {}  ({})\n", p, decode_nmse,
+    fmt::print("prompt {:>3}: fed {} tokens, nmse max {:.3e}, first divergence {}  ({})\n", p, fed, decode_nmse,
                first_divergence < 0 ? std::string("none") : std::to_string(first_divergence), prompts[p].source);
   }
   std::vector<double> sorted = kls;
@@ -198,8 +205,10 @@ int run_verify(const VerifyArgs& args) {
   const double greedy = static_cast<double>(greedy_matches) / static_cast<double>(prompts.size());
   fmt::print("verify: {} prompts x {} tokens ({}), feed {}, policy {}, device {}\n", prompts.size(), args.prompt_tokens,
              origin, args.feed, args.policy, args.device);
-  fmt::print("  greedy match fraction {:.4f}\n  logits nmse max {:.3e} (prefill rows {:.3e})\n", greedy, nmse_max,
-             prefill_nmse_max);
+  fmt::print("  fed {} tokens in all after the prompts ({})\n", fed_total,
+             greedy_feed ? "the reference's greedy continuations" : "each prompt's own continuation in its source");
+  if (greedy_feed) fmt::print("  greedy match fraction {:.4f}\n", greedy);
+  fmt::print("  logits nmse max {:.3e} (prefill rows {:.3e})\n", nmse_max, prefill_nmse_max);
   fmt::print("  KL mean {:.3e}, p99 {:.3e}, max {:.3e}\n  top-1 agreement {:.4f} over {} positions\n", kl_mean,
              sorted.empty() ? 0.0 : percentile_sorted(sorted, 99.0), sorted.empty() ? 0.0 : sorted.back(), top1,
              positions);
@@ -222,8 +231,8 @@ int run_verify(const VerifyArgs& args) {
                         {"prompts", prompts.size()},
                         {"prompt_tokens", args.prompt_tokens},
                         {"max_new_tokens", args.max_new_tokens},
+                        {"fed_tokens", fed_total},
                         {"positions", positions},
-                        {"greedy_match_fraction", greedy},
                         {"logits_nmse_max", nmse_max},
                         {"prefill_logits_nmse_max", prefill_nmse_max},
                         {"kl_mean", kl_mean},
@@ -231,6 +240,7 @@ int run_verify(const VerifyArgs& args) {
                         {"kl_max", sorted.empty() ? 0.0 : sorted.back()},
                         {"top1_agreement", top1},
                         {"per_prompt", per_prompt}};
+    if (greedy_feed) j["greedy_match_fraction"] = greedy;
     if (oracle) j["oracle"] = oracle->summary();
     write_json_atomically(args.json, j, "--json");
   }
