@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "cli/engine_options.h"
+#include "cli/eval_files.h"
 #include "cli/fp8_calibration.h"
 #include "cli/verify_step_oracle.h"
 #include "optimized/engine.h"
@@ -23,12 +24,17 @@ AccuracyInputs prepare_accuracy_inputs(const ReferenceModel& model, const std::f
   AccuracyInputs in;
   VerifyArgs text_args = args;
   text_args.feed = "text";
-  in.prompts = make_prompts(text_args, dir, c, in.origin);
+  in.prompts = make_prompts(text_args, dir, c, in.origin, &in.heldout_file);
   in.prompt_tokens = args.prompt_tokens;
   const std::optional<Tokenizer> tokenizer_found = args.sweep_retrieval > 0 ? Tokenizer::find(dir) : std::nullopt;
+  if (args.sweep_retrieval > 0 && !tokenizer_found && !args.retrieval_file.empty()) {
+    throw input_error("--retrieval", args.retrieval_file,
+                      "needs the model's tokenizer (tokenizer.json or tokenizer.model); {} has none", dir.string());
+  }
   if (tokenizer_found) {
     const Tokenizer& tokenizer = *tokenizer_found;
-    const std::filesystem::path file = datasets_dir() / "eval" / "retrieval.jsonl";
+    const std::filesystem::path file = retrieval_path(args.retrieval_file);
+    in.retrieval_file = file;
     const std::vector<RetrievalItem> items = retrieval_subset(load_retrieval(file), args.sweep_retrieval);
     std::int64_t longest_skipped = 0;
     for (const RetrievalItem& it : items) {

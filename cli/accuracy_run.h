@@ -46,15 +46,18 @@ struct RetrievalCase {
 struct AccuracyInputs {
   std::vector<Prompt> prompts;  // prompt + continuation tokens
   std::string origin;
+  std::filesystem::path heldout_file, retrieval_file;  // the files read (empty: not used)
   std::int64_t prompt_tokens = 0;
   std::vector<RetrievalCase> retrieval;
   std::int64_t retrieval_skipped = 0;  // items longer than the model's context (warned on stderr)
   TextReference reference;
 };
 
-// The prompts (args.prompts windows of args.prompt_tokens + args.max_new_tokens held-out tokens)
-// and args.sweep_retrieval retrieval items, less those longer than the model's context (counted in
-// retrieval_skipped, with a warning); the reference is left empty (compute_text_reference).
+// The prompts (args.prompts windows of args.prompt_tokens + args.max_new_tokens tokens of
+// args.heldout_file) and args.sweep_retrieval items of args.retrieval_file, less those longer than the
+// model's context (counted in retrieval_skipped, with a warning); the reference is left empty
+// (compute_text_reference). A model without a tokenizer gets random-id prompts and no retrieval
+// items; naming --heldout or --retrieval for it is an InputError.
 AccuracyInputs prepare_accuracy_inputs(const ReferenceModel& model, const std::filesystem::path& dir,
                                        const VerifyArgs& args);
 // With `attention`, also the attention structure of the queries at positions prompt_tokens ..

@@ -14,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "cli/json_file.h"
+#include "cli/output_file.h"
 #include "cli/progress.h"
 #include "optimized/fragmentation_workload.h"
 #include "reference/errors.h"
@@ -160,6 +161,7 @@ int run_bench(const BenchArgs& args) {
     throw input_error("kvcheck bench", "mode",
                       "pass one mode at a time (--workload/--workload-file, --fragmentation or --engine)");
   }
+  if (!args.json.empty()) check_output_file(args.json, "--json");  // before the benchmark, not after it
   if (args.fragmentation) return run_fragmentation(args);
   if (args.engine) return run_engine_bench(args);
   if (serving) return run_serving_bench(args);

@@ -20,6 +20,7 @@ struct GenerateArgs {
   std::string ids;  // "1,2,3"; parsed by parse_token_ids
   std::int64_t max_new_tokens = 16;
   std::string dump_logits;
+  std::string feed_ids;  // FILE of ids teacher-forced after the prompt (read_feed_ids)
   std::string decode_path = "cache";
   bool no_bos = false;
   bool ignore_eos = false;
@@ -34,6 +35,11 @@ void add_generate(CLI::App& app, GenerateArgs& args);
 // "1, 2,3" -> {1, 2, 3}. InputError naming --ids and the index of anything that is not an
 // integer; an empty or all-blank string gives an empty list.
 std::vector<std::int64_t> parse_token_ids(const std::string& text);
+// The ids of a --feed-ids file: integers separated by commas and/or whitespace (newlines
+// included), e.g. "5, 17\n9". InputError naming the file and the index of anything that is not an
+// integer, of an empty item between commas, or for a file without ids. Vocabulary and length are
+// checked against the model by run_generate.
+std::vector<std::int64_t> read_feed_ids(const std::filesystem::path& file);
 int run_generate(const GenerateArgs& args);
 
 struct VerifyArgs {
@@ -47,7 +53,9 @@ struct VerifyArgs {
   std::int64_t kv_pages = 0;
   std::int64_t page_bytes = 16 * 1024;
   int threads = 0;
-  std::uint64_t seed = 1;  // prompts of random ids, for a model without tokenizer.model
+  std::uint64_t seed = 1;  // prompts of random ids, for a model without a tokenizer
+  std::string heldout_file;    // --heldout: held-out text, JSONL (empty: <datasets>/eval/heldout.jsonl)
+  std::string retrieval_file;  // --retrieval: retrieval items, JSONL (empty: <datasets>/eval/retrieval.jsonl)
   bool verify_each_step = false;  // the per-step oracle (exit 3 on a violation)
   bool sweep = false;              // every policy x budget: bytes, KL, top-1, perplexity, retrieval
   bool list_policies = false;      // print the registered policy names, one per line, and exit
@@ -71,8 +79,10 @@ struct ReportArgs {
   std::string baseline;                       // compare with it (exit 1 on a regression)
   bool update_baseline = false;               // write --baseline from this run instead
   bool quick = false;                         // the test gate's size
-  std::int64_t prompts = 0, prompt_tokens = 0, max_new_tokens = 0, retrieval = -1, oracle_prompts = -1;  // 0 / -1: mode default
+  std::int64_t prompts = 0, prompt_tokens = 0, max_new_tokens = 0, retrieval_items = -1, oracle_prompts = -1;  // 0 / -1: mode default
   std::string cache;                          // reference cache directory (default OUT/reference-cache)
+  std::string heldout_file;                   // --heldout: held-out text, JSONL (empty: <datasets>/eval/heldout.jsonl)
+  std::string retrieval_file;                 // --retrieval: retrieval items, JSONL (empty: <datasets>/eval/retrieval.jsonl)
   int threads = 0;
   bool quiet = false;
   std::string command_line;                   // recorded in report.json

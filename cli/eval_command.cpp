@@ -22,8 +22,10 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/eval_files.h"
 #include "cli/eval_output.h"
 #include "cli/json_file.h"
+#include "cli/output_file.h"
 #include "cli/progress.h"
 #include "oracles/attention_structure.h"
 #include "oracles/eval_data.h"
@@ -99,8 +101,8 @@ int run_eval(const EvalArgs& args) {
   const std::filesystem::path data = datasets_dir();
   const bool default_model = args.model.empty();
   const std::filesystem::path dir = default_model ? data / "models" / "kvcheck-tiny" : std::filesystem::path(args.model);
-  const std::string heldout = args.heldout.empty() ? (data / "eval" / "heldout.jsonl").string() : args.heldout;
-  const std::string retrieval = args.retrieval.empty() ? (data / "eval" / "retrieval.jsonl").string() : args.retrieval;
+  const std::string heldout = heldout_path(args.heldout).string();
+  const std::string retrieval = retrieval_path(args.retrieval).string();
   const bool all = args.task == "all";
   const bool do_ppl = all || args.task == "ppl";
   const bool do_retrieval = all || args.task == "retrieval";
@@ -112,6 +114,7 @@ int run_eval(const EvalArgs& args) {
                       dir.string(),
                       default_model ? " (the embedded default model; pass --model DIR or set KVCHECK_DATASETS)" : "");
   }
+  if (!args.json.empty()) check_output_file(args.json, "--json");
   // The data files first: a malformed line is reported before any model work.
   std::vector<HeldoutDocument> documents;
   if (do_ppl) documents = first_n(load_heldout(heldout), args.limit);

@@ -1,6 +1,6 @@
-// Writing a JSON result file atomically: the text goes to a temporary file in the same directory,
-// which is then renamed over FILE, so a reader never sees half a file and a crash leaves the old
-// one in place.
+// Writing a JSON result file atomically (cli/output_file.h): the text goes to a temporary file in
+// the same directory, which is then renamed over FILE, so a reader never sees half a file and a
+// crash leaves the old one in place.
 #pragma once
 
 #include <filesystem>

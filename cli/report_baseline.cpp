@@ -107,6 +107,20 @@ nlohmann::json make_report_baseline(const nlohmann::json& settings, const std::v
           {"rows", out}};
 }
 
+std::vector<std::string> settings_differences(const nlohmann::json& baseline, const nlohmann::json& now) {
+  std::map<std::string, std::pair<std::string, std::string>> keys;  // key -> (baseline, now)
+  for (const auto& [key, value] : baseline.items()) keys[key] = {value.dump(), "absent"};
+  for (const auto& [key, value] : now.items()) {
+    auto [it, inserted] = keys.try_emplace(key, "absent", value.dump());
+    if (!inserted) it->second.second = value.dump();
+  }
+  std::vector<std::string> out;
+  for (const auto& [key, values] : keys) {
+    if (values.first != values.second) out.push_back(fmt::format("{}: baseline {}, now {}", key, values.first, values.second));
+  }
+  return out;
+}
+
 std::vector<Regression> compare_to_baseline(const ReportBaseline& baseline, const std::vector<BaselineRow>& current) {
   std::map<std::string, const BaselineRow*> now;
   for (const BaselineRow& r : current) now[r.policy] = &r;

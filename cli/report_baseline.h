@@ -62,6 +62,10 @@ struct Regression {
   double baseline = 0.0, current = 0.0, allowed = 0.0;
 };
 
+// The settings in which a baseline and a report differ, one "KEY: baseline X, now Y" per key (a
+// key only one of them has reads "absent" on the other side), in key order.
+std::vector<std::string> settings_differences(const nlohmann::json& baseline, const nlohmann::json& now);
+
 std::vector<Regression> compare_to_baseline(const ReportBaseline& baseline, const std::vector<BaselineRow>& current);
 // A readable table of the regressions (empty string when there is none).
 std::string regression_table(const std::vector<Regression>& regressions);

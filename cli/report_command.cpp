@@ -15,6 +15,7 @@
 #include "cli/accuracy_run.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
+#include "cli/eval_files.h"
 #include "cli/eval_output.h"
 #include "cli/json_file.h"
 #include "cli/progress.h"
@@ -40,7 +41,7 @@ Mode mode_of(const ReportArgs& a) {
   if (a.prompts > 0) m.prompts = a.prompts;
   if (a.prompt_tokens > 0) m.prompt_tokens = a.prompt_tokens;
   if (a.max_new_tokens > 0) m.max_new_tokens = a.max_new_tokens;
-  if (a.retrieval != kUnset) m.retrieval = a.retrieval;
+  if (a.retrieval_items != kUnset) m.retrieval = a.retrieval_items;
   if (a.oracle_prompts != kUnset) m.oracle_prompts = a.oracle_prompts;
   if (!a.budgets.empty()) m.budgets = a.budgets;
   return m;
@@ -84,9 +85,12 @@ void add_report(CLI::App& app, ReportArgs& args) {
   cmd->add_option("--prompts", args.prompts, "Held-out windows (default 8; --quick 2)");
   cmd->add_option("--prompt-tokens", args.prompt_tokens, "Prompt tokens per window (default 128; --quick 64)");
   cmd->add_option("--max-new-tokens", args.max_new_tokens, "Continuation tokens per window (default 64; --quick 32)");
-  cmd->add_option("--retrieval", args.retrieval, "Retrieval items (default 48; --quick 12)");
+  cmd->add_option("--retrieval-items", args.retrieval_items, "Retrieval items (default 48; --quick 12)");
   cmd->add_option("--oracle-prompts", args.oracle_prompts, "Windows checked by the per-step oracle (default 1)");
   cmd->add_option("--cache", args.cache, "Reference cache directory (default OUT/reference-cache)");
+  cmd->add_option("--heldout", args.heldout_file,
+                  "Held-out text the prompts are cut from, JSONL (default: <datasets>/eval/heldout.jsonl)");
+  cmd->add_option("--retrieval", args.retrieval_file, "Retrieval items, JSONL (default: <datasets>/eval/retrieval.jsonl)");
   cmd->add_option("--threads", args.threads, "CPU threads (0: every core)");
   cmd->add_flag("--quiet", args.quiet, "No progress on stderr");
 }
@@ -96,6 +100,14 @@ int run_report(const ReportArgs& args) {
     throw input_error("kvcheck report", "--update-baseline", "needs --baseline FILE to write");
   }
   const Mode mode = mode_of(args);
+  // --retrieval N counted items before --retrieval FILE named them: say so rather than "12: not found".
+  std::error_code ec;
+  if (!args.retrieval_file.empty() && args.retrieval_file.find_first_not_of("0123456789") == std::string::npos &&
+      !std::filesystem::exists(args.retrieval_file, ec)) {
+    throw input_error("--retrieval", args.retrieval_file,
+                      "names a retrieval file (JSONL); the number of retrieval items is --retrieval-items N");
+  }
+  check_eval_files(args.heldout_file, args.retrieval_file);  // a malformed line is reported before any model work
   const std::filesystem::path dir =
       args.model.empty() ? datasets_dir() / "models" / "kvcheck-tiny" : std::filesystem::path(args.model);
   // Every configuration checked before anything runs (InputError naming a bad policy).
@@ -125,6 +137,8 @@ int run_report(const ReportArgs& args) {
   run.sweep_retrieval = mode.retrieval;
   run.threads = args.threads;
   run.feed = "text";
+  run.heldout_file = args.heldout_file;
+  run.retrieval_file = args.retrieval_file;
   AccuracyInputs inputs = prepare_accuracy_inputs(model, dir, run);
   if (inputs.origin.starts_with("random ids")) {
     fmt::print(stderr,
@@ -133,8 +147,8 @@ int run_report(const ReportArgs& args) {
                dir.string(), run.seed);
   }
 
-  const std::filesystem::path heldout = datasets_dir() / "eval" / "heldout.jsonl";
-  const std::filesystem::path retrieval = datasets_dir() / "eval" / "retrieval.jsonl";
+  const std::filesystem::path heldout = heldout_path(args.heldout_file);
+  const std::filesystem::path retrieval = retrieval_path(args.retrieval_file);
   const nlohmann::json settings = {{"prompts", mode.prompts},
                                    {"prompt_tokens", mode.prompt_tokens},
                                    {"continuation_tokens", mode.max_new_tokens},
@@ -147,9 +161,9 @@ int run_report(const ReportArgs& args) {
                                    {"retrieval_hash", file_hash(retrieval)}};
   if (baseline && baseline->settings != settings) {
     throw input_error(args.baseline, "settings",
-                      "the baseline was made with other settings or data ({}; now {}): compare like with like, or "
-                      "rewrite it with --update-baseline",
-                      baseline->settings.dump(), settings.dump());
+                      "the baseline was made with other settings or data ({}): compare like with like, or rewrite it "
+                      "with --update-baseline",
+                      fmt::join(settings_differences(baseline->settings, settings), "; "));
   }
 
   // The reference: cached by model, data and settings.

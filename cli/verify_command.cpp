@@ -6,9 +6,12 @@
 // so its logits line up position by position even after the two would have diverged:
 //   - logits NMSE per position (the max is reported), KL(P_ref || P_engine) mean / p99 / max and
 //     top-1 agreement over the decode positions (the ones that read the compressed cache);
-//   - greedy match: at every decode position the engine's argmax equals the reference's, i.e.
-//     the engine's own greedy run would have produced the reference's tokens; the first
+//   - greedy match (--feed greedy only: with --feed text nothing is decoded greedily, and the
+//     field is left out): at every decode position the engine's argmax equals the reference's,
+//     i.e. the engine's own greedy run would have produced the reference's tokens; the first
 //     position where it would not is the first divergence.
+// It prints and writes the number of tokens fed after the prompts (per prompt and in total): the
+// greedy continuation stops at max_position_embeddings, so it can be shorter than asked.
 #include <algorithm>
 #include <filesystem>
 #include <optional>
@@ -20,7 +23,9 @@
 
 #include "cli/commands.h"
 #include "cli/engine_options.h"
+#include "cli/eval_files.h"
 #include "cli/json_file.h"
+#include "cli/output_file.h"
 #include "cli/verify_prompts.h"
 #include "cli/verify_step_oracle.h"
 #include "cli/fp8_calibration.h"
@@ -58,8 +63,12 @@ void add_verify(CLI::App& app, VerifyArgs& args) {
   cmd->add_option("--kv-pages", args.kv_pages, "Pages in the engine's KV pool (0: automatic)")->capture_default_str();
   cmd->add_option("--page-bytes", args.page_bytes, "Bytes per KV page")->capture_default_str();
   cmd->add_option("--threads", args.threads, "Engine CPU threads (0: every core)")->capture_default_str();
-  cmd->add_option("--seed", args.seed, "Seed of the random-id prompts used when the model has no tokenizer.model")
+  cmd->add_option("--seed", args.seed, "Seed of the random-id prompts used when the model has no tokenizer")
       ->capture_default_str();
+  cmd->add_option("--heldout", args.heldout_file,
+                  "Held-out text the prompts are cut from, JSONL (default: <datasets>/eval/heldout.jsonl)");
+  cmd->add_option("--retrieval", args.retrieval_file,
+                  "--sweep: retrieval items, JSONL (default: <datasets>/eval/retrieval.jsonl)");
   cmd->add_flag("--verify-each-step", args.verify_each_step,
                 "At every decode step, layer and kv head, check the engine's attention against exact attention over "
                 "the tokens the policy holds and against the error bound around full attention (exit 3 on a "
@@ -96,6 +105,12 @@ int run_verify(const VerifyArgs& args) {
     for (const std::string& name : policy_names()) fmt::print("{}\n", name);
     return 0;
   }
+  // Inputs and outputs checked before any model work.
+  check_eval_files(args.heldout_file, args.retrieval_file);
+  if (!args.json.empty()) check_output_file(args.json, "--json");
+  if (!args.retrieval_file.empty() && !args.sweep) {
+    throw input_error("--retrieval", args.retrieval_file, "applies to --sweep (verify without it runs no retrieval items)");
+  }
   if (args.sweep) {
     if (args.verify_each_step) throw input_error("--sweep", "flags", "--verify-each-step runs without --sweep");
     return run_verify_sweep(args);
@@ -113,14 +128,16 @@ int run_verify(const VerifyArgs& args) {
   const std::string spec = resolve_fp8_calibration(model, dir, args, args.policy);
   std::unique_ptr<Engine> engine = make_engine(model, single_request_engine_options(args, spec));
   std::string origin;
-  const std::vector<Prompt> prompts = make_prompts(args, dir, c, origin);
+  std::filesystem::path text_file;
+  const std::vector<Prompt> prompts = make_prompts(args, dir, c, origin, &text_file);
+  const bool greedy_feed = args.feed == "greedy";
   const auto V = static_cast<std::size_t>(c.vocab_size);
   std::unique_ptr<VerifyStepOracle> oracle;
   if (args.verify_each_step) oracle = std::make_unique<VerifyStepOracle>(*engine);
 
   std::vector<double> kls, nmses;
   double prefill_nmse_max = 0.0;
-  std::int64_t same_top = 0, positions = 0, greedy_matches = 0;
+  std::int64_t same_top = 0, positions = 0, greedy_matches = 0, fed_total = 0;
   nlohmann::json per_prompt = nlohmann::json::array();
   for (std::size_t p = 0; p < prompts.size(); ++p) {
     const std::span<const std::int32_t> all(prompts[p].tokens);
@@ -170,13 +187,16 @@ int run_verify(const VerifyArgs& args) {
       if (!cmp.same_top && first_divergence < 0) first_divergence = r - (P - 1);
     }
     if (first_divergence < 0) ++greedy_matches;
+    const auto fed = static_cast<std::int64_t>(continuation.size());
+    fed_total += fed;
     per_prompt.push_back({{"source", prompts[p].source},
                           {"prompt_tokens", P},
+                          {"fed_tokens", fed},
                           {"decode_positions", rows - (P - 1)},
                           {"logits_nmse_max", decode_nmse},
                           {"prefill_logits_nmse_max", prompt_nmse},
                           {"first_divergence", first_divergence}});
-    fmt::print("prompt {:>3}: nmse max {:.3e}, first divergence {}  ({})\n", p, decode_nmse,
+    fmt::print("prompt {:>3}: fed {} tokens, nmse max {:.3e}, first divergence {}  ({})\n", p, fed, decode_nmse,
                first_divergence < 0 ? std::string("none") : std::to_string(first_divergence), prompts[p].source);
   }
   std::vector<double> sorted = kls;
@@ -187,8 +207,10 @@ int run_verify(const VerifyArgs& args) {
   const double greedy = static_cast<double>(greedy_matches) / static_cast<double>(prompts.size());
   fmt::print("verify: {} prompts x {} tokens ({}), feed {}, policy {}, device {}\n", prompts.size(), args.prompt_tokens,
              origin, args.feed, args.policy, args.device);
-  fmt::print("  greedy match fraction {:.4f}\n  logits nmse max {:.3e} (prefill rows {:.3e})\n", greedy, nmse_max,
-             prefill_nmse_max);
+  fmt::print("  fed {} tokens in all after the prompts ({})\n", fed_total,
+             greedy_feed ? "the reference's greedy continuations" : "each prompt's own continuation in its source");
+  if (greedy_feed) fmt::print("  greedy match fraction {:.4f}\n", greedy);
+  fmt::print("  logits nmse max {:.3e} (prefill rows {:.3e})\n", nmse_max, prefill_nmse_max);
   fmt::print("  KL mean {:.3e}, p99 {:.3e}, max {:.3e}\n  top-1 agreement {:.4f} over {} positions\n", kl_mean,
              sorted.empty() ? 0.0 : percentile_sorted(sorted, 99.0), sorted.empty() ? 0.0 : sorted.back(), top1,
              positions);
@@ -216,11 +238,12 @@ int run_verify(const VerifyArgs& args) {
                         {"device", args.device},
                         {"feed", args.feed},
                         {"prompt_source", origin},
+                        {"datasets", datasets_json(text_file, {})},
                         {"prompts", prompts.size()},
                         {"prompt_tokens", args.prompt_tokens},
                         {"max_new_tokens", args.max_new_tokens},
+                        {"fed_tokens", fed_total},
                         {"positions", positions},
-                        {"greedy_match_fraction", greedy},
                         {"logits_nmse_max", nmse_max},
                         {"prefill_logits_nmse_max", prefill_nmse_max},
                         {"kl_mean", kl_mean},
@@ -228,6 +251,7 @@ int run_verify(const VerifyArgs& args) {
                         {"kl_max", sorted.empty() ? 0.0 : sorted.back()},
                         {"top1_agreement", top1},
                         {"per_prompt", per_prompt}};
+    if (greedy_feed) j["greedy_match_fraction"] = greedy;
     if (oracle) j["oracle"] = oracle->summary();
     if (fp8) {
       j["fp8_saturated"] = saturated;

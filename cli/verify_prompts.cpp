@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "cli/eval_files.h"
 #include "oracles/eval_data.h"
 #include "reference/errors.h"
 #include "reference/tokenizer.h"
@@ -11,7 +12,7 @@
 namespace kvcheck::cli {
 
 std::vector<Prompt> make_prompts(const VerifyArgs& args, const std::filesystem::path& dir, const ModelConfig& c,
-                                 std::string& origin) {
+                                 std::string& origin, std::filesystem::path* text_file) {
   const std::int64_t want = args.prompt_tokens + (args.feed == "text" ? args.max_new_tokens : 0);
   if (want > c.max_position_embeddings) {
     throw input_error("--prompt-tokens", "value", "{} prompt tokens{} exceed max_position_embeddings {} of the model",
@@ -20,8 +21,9 @@ std::vector<Prompt> make_prompts(const VerifyArgs& args, const std::filesystem::
   std::vector<Prompt> prompts;
   if (const std::optional<Tokenizer> tokenizer_found = Tokenizer::find(dir)) {
     const Tokenizer& tokenizer = *tokenizer_found;
-    const std::filesystem::path heldout = datasets_dir() / "eval" / "heldout.jsonl";
+    const std::filesystem::path heldout = heldout_path(args.heldout_file);
     origin = heldout.string();
+    if (text_file != nullptr) *text_file = heldout;
     std::vector<std::vector<std::int32_t>> docs;
     std::vector<std::string> ids;
     for (const HeldoutDocument& d : load_heldout(heldout)) {
@@ -45,6 +47,10 @@ std::vector<Prompt> make_prompts(const VerifyArgs& args, const std::filesystem::
       }
     }
   } else {
+    if (!args.heldout_file.empty()) {
+      throw input_error("--heldout", args.heldout_file, "needs the model's tokenizer (tokenizer.json or tokenizer.model); {} has none",
+                        dir.string());
+    }
     origin = fmt::format("random ids, seed {} (no tokenizer.json or tokenizer.model in {})", args.seed, dir.string());
     std::mt19937_64 rng(args.seed);
     std::uniform_int_distribution<std::int32_t> id(0, static_cast<std::int32_t>(c.vocab_size - 1));

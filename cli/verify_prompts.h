@@ -1,5 +1,6 @@
-// The prompts of kvcheck verify (and its sweep): windows cut from the held-out documents with
-// the model's tokenizer, or seeded random ids for a model without one.
+// The prompts of kvcheck verify (and its sweep and the report): windows cut from the held-out
+// documents (--heldout FILE, default <datasets>/eval/heldout.jsonl) with the model's tokenizer,
+// or seeded random ids for a model without one.
 #pragma once
 
 #include <cstdint>
@@ -18,9 +19,10 @@ struct Prompt {
 };
 
 // args.prompts prompts of args.prompt_tokens tokens (plus args.max_new_tokens of continuation
-// with --feed text); `origin` receives where they came from. InputError when they do not fit the
-// model or the held-out set.
+// with --feed text); `origin` receives where they came from, and `text_file` (when given) the
+// held-out file they were cut from (left empty for random ids). InputError when they do not fit
+// the model or the held-out set, or when args.heldout names a file but the model has no tokenizer.
 std::vector<Prompt> make_prompts(const VerifyArgs& args, const std::filesystem::path& dir, const ModelConfig& c,
-                                 std::string& origin);
+                                 std::string& origin, std::filesystem::path* text_file = nullptr);
 
 }  // namespace kvcheck::cli

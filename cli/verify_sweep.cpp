@@ -10,6 +10,8 @@
 //              relative to full-fp16 holding the whole context;
 //   retrieval  --sweep-retrieval items of the retrieval set (spread over tasks and lengths),
 //              greedy exact match as kvcheck eval scores it, overall and per length bucket.
+// The held-out text and the retrieval items are --heldout and --retrieval (default: the
+// datasets' own); the JSON's "datasets" names the files used and their hashes.
 //
 // Rows: each policy that keeps every token once, each evicting policy at each --sweep-budgets
 // value (tokens per head, policy_spec_at_budget), then each --sweep-specs spec as given. Two
@@ -34,6 +36,7 @@
 #include "cli/accuracy_run.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
+#include "cli/eval_files.h"
 #include "cli/json_file.h"
 #include "cli/verify_prompts.h"
 #include "cli/xkv_calibration.h"
@@ -143,6 +146,7 @@ int run_verify_sweep(const VerifyArgs& args) {
                            {"version", 1},
                            {"model", dir.string()},
                            {"prompt_source", origin},
+                           {"datasets", datasets_json(inputs.heldout_file, inputs.retrieval_file)},
                            {"prompts", prompts.size()},
                            {"prompt_tokens", P},
                            {"continuation_tokens", args.max_new_tokens},

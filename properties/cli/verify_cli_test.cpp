@@ -82,6 +82,49 @@ TEST(VerifyCli, FullFp16StaysWithinTheBarsOnHeldOutText) {
   EXPECT_GT(j["logits_nmse_max"].get<double>(), 0.0) << "fp16 keys and values cannot be exact";
 }
 
+// --feed text decodes nothing greedily: no greedy match fraction on the console or in the JSON
+// (readers go by its absence), and the tokens actually fed are counted per prompt and in all.
+TEST(VerifyCli, FeedTextCountsTheTokensItFeedsAndHasNoGreedyMatch) {
+  TempDir dir;
+  const auto out = dir / "verify.json";
+  const auto run = run_kvcheck("verify --feed text --prompts 2 --prompt-tokens 32 --max-new-tokens 16 --json " +
+                               testing::shell_quote(out));
+  ASSERT_EQ(run.code, 0) << run.output;
+  EXPECT_EQ(run.output.find("greedy match"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("fed 32 tokens in all after the prompts (each prompt's own continuation"), std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("prompt   0: fed 16 tokens"), std::string::npos) << run.output;
+  const json j = read_json_file(out);
+  EXPECT_FALSE(j.contains("greedy_match_fraction")) << j.dump();
+  EXPECT_EQ(j["fed_tokens"], 32);
+  EXPECT_EQ(j["positions"], 2 * 17);  // each prompt's last row and its 16 fed tokens' rows
+  for (const json& p : j["per_prompt"]) EXPECT_EQ(p["fed_tokens"], 16);
+}
+
+// A greedy continuation stops at max_position_embeddings: verify feeds and reports what the
+// reference actually produced (8 tokens after 8-token prompts on a 16-position model), not the
+// --max-new-tokens it was asked for; greedy feeding keeps the greedy match fraction.
+TEST(VerifyCli, GreedyFeedCountsTheTokensTheReferenceProduced) {
+  TempDir dir;
+  ASSERT_EQ(run_kvcheck("make-model --random --layers 1 --hidden 32 --heads 2 --kv-heads 1 --vocab 64 --max-positions 16 "
+                        "--seed 4 --out " + testing::shell_quote(dir / "m"))
+                .code,
+            0);
+  const auto out = dir / "verify.json";
+  const auto run = run_kvcheck("verify --model " + testing::shell_quote(dir / "m") + " --prompts 2 --prompt-tokens 8 "
+                               "--max-new-tokens 16 --json " + testing::shell_quote(out));
+  ASSERT_EQ(run.code, 0) << run.output;
+  EXPECT_NE(run.output.find("fed 16 tokens in all after the prompts (the reference's greedy continuations)"),
+            std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("greedy match fraction 1.0000"), std::string::npos) << run.output;
+  const json j = read_json_file(out);
+  EXPECT_EQ(j["fed_tokens"], 16);
+  for (const json& p : j["per_prompt"]) EXPECT_EQ(p["fed_tokens"], 8);
+  EXPECT_EQ(j["greedy_match_fraction"], 1.0);
+  EXPECT_EQ(j["datasets"], json::object()) << "random-id prompts read no data file";
+}
+
 TEST(VerifyCli, Int4IsVisiblyWorseThanInt8) {
   TempDir dir;
   double kl[2];
