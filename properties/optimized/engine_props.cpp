@@ -32,7 +32,14 @@ struct Workload {
   std::uint64_t model_seed = 0;
   std::string policy;
   std::int64_t page_bytes = 0;
+  bool qwen3 = false;  // Qwen3 (per-head q/k norms) instead of Llama
 };
+
+ModelConfig config_of(const Workload& w) {
+  ModelConfig c = testing::tiny_config(w.shape);
+  if (w.qwen3) c.family = ModelFamily::kQwen3;
+  return c;
+}
 
 // evicting: also draw the eviction policies (they preempt by recompute only).
 rc::Gen<Workload> gen_workload(bool evicting = true) {
@@ -63,6 +70,7 @@ rc::Gen<Workload> gen_workload(bool evicting = true) {
     // (a per-channel key group of 16 tokens needs a larger one).
     w.page_bytes = *rc::gen::element<std::int64_t>(256, 512, 1024);
     if (w.policy.starts_with("kivi") || w.policy.starts_with("minikv")) w.page_bytes *= 4;
+    w.qwen3 = *rc::gen::arbitrary<bool>();
     return w;
   });
 }
@@ -83,7 +91,7 @@ using Rows = std::vector<std::vector<float>>;
 TEST(EngineProps, BatchInvariance) {
   check_property("engine batch invariance", 60, [] {
     const Workload w = *gen_workload();
-    const ModelConfig config = testing::tiny_config(w.shape);
+    const ModelConfig config = config_of(w);
     const ReferenceModel model = testing::tiny_model(config, w.model_seed);
     const auto vocab = static_cast<std::size_t>(config.vocab_size);
     const std::int64_t requests = *rc::gen::inRange<std::int64_t>(2, 6);
@@ -160,7 +168,7 @@ void check_preemption(PreemptionMode mode, int cases, PreemptionOutcome& outcome
   check_property(fmt::format("engine preemption ({})", preemption_mode_name(mode)), cases, [&] {
     Workload w = *gen_workload(mode != PreemptionMode::kSwap);
     w.shape.max_positions = 64;
-    const ModelConfig config = testing::tiny_config(w.shape);
+    const ModelConfig config = config_of(w);
     const ReferenceModel model = testing::tiny_model(config, w.model_seed);
     const std::int64_t n = *rc::gen::inRange<std::int64_t>(3, 8);
     std::vector<GenerationRequest> requests;

@@ -1,5 +1,5 @@
 // The KV-cache decode path equals full recompute on random model shapes (head_dim 8..128, GQA
-// ratios 1..8, lengths 1..256), fed in random chunks. Reproduce with RC_PARAMS="seed=...".
+// ratios 1..8, lengths 1..256, Llama or Qwen3 with its per-head q/k norms), fed in random chunks. Reproduce with RC_PARAMS="seed=...".
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
@@ -23,13 +23,17 @@ RC_GTEST_PROP(DecodePathProps, KvCacheEqualsFullRecompute, ()) {
   s.max_positions = 256;
   const std::int64_t length = *rc::gen::inRange<std::int64_t>(1, 257);
   const auto seed = *rc::gen::arbitrary<std::uint32_t>();
+  const bool qwen3 = *rc::gen::arbitrary<bool>();
+  RC_LOG() << (qwen3 ? "qwen3, " : "llama, ");
+  RC_CLASSIFY(qwen3, "qwen3");
   RC_LOG() << "head_dim " << s.head_dim << ", kv_heads " << s.kv_heads << ", heads " << s.heads << ", hidden " << s.hidden
            << ", intermediate " << s.intermediate << ", layers " << s.layers << ", length " << length << ", seed " << seed
            << "\n";
   RC_CLASSIFY(ratio == 1, "mha");
   RC_CLASSIFY(length > 128, "long");
 
-  const ModelConfig c = testing::tiny_config(s);
+  ModelConfig c = testing::tiny_config(s);
+  if (qwen3) c.family = ModelFamily::kQwen3;
   const ReferenceModel model = testing::tiny_model(c, seed);
   const std::vector<std::int32_t> tokens = testing::test_tokens(length, c.vocab_size, seed);
   const MatrixRM full = model.forward(tokens);
