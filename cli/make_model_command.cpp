@@ -20,51 +20,6 @@ namespace {
 // The files of a Hugging Face tokenizer that sit beside tokenizer.json and are copied with it.
 constexpr std::array<const char*, 2> kTokenizerCompanions{"tokenizer_config.json", "generation_config.json"};
 
-// The number of ids a tokenizer.json can produce: one more than the largest id of model.vocab
-// (an object of token -> id for BPE and WordPiece, an array of [piece, score] for Unigram) and
-// of added_tokens. Read with nlohmann/json only, so that it does not depend on the tokenizer
-// reader accepting the file's model type.
-std::int64_t tokenizer_json_ids(const std::filesystem::path& file) {
-  const std::string origin = file.string();
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw input_error(origin, "tokenizer.json", "cannot open file for reading");
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw input_error(origin, "tokenizer.json", "invalid JSON: {}", e.what());
-  }
-  if (!json.is_object()) throw input_error(origin, "(top level)", "expected a JSON object");
-  std::int64_t ids = 0;
-  const auto id_of = [&](const nlohmann::json& value, const std::string& field) {
-    if (!value.is_number_integer() || value.get<std::int64_t>() < 0) {
-      throw input_error(origin, field, "expected a non-negative integer id, got {}", value.dump());
-    }
-    ids = std::max(ids, value.get<std::int64_t>() + 1);
-  };
-  const auto model = json.find("model");
-  if (model == json.end() || !model->is_object()) throw input_error(origin, "model", "missing or not an object");
-  const auto vocab = model->find("vocab");
-  if (vocab == model->end()) throw input_error(origin, "model.vocab", "missing required field");
-  if (vocab->is_object()) {
-    for (const auto& [token, id] : vocab->items()) id_of(id, "model.vocab[" + nlohmann::json(token).dump() + "]");
-  } else if (vocab->is_array()) {
-    ids = static_cast<std::int64_t>(vocab->size());  // Unigram: the id is the index
-  } else {
-    throw input_error(origin, "model.vocab", "expected an object (token -> id) or an array (Unigram)");
-  }
-  if (const auto added = json.find("added_tokens"); added != json.end() && !added->is_null()) {
-    if (!added->is_array()) throw input_error(origin, "added_tokens", "expected an array");
-    for (std::size_t i = 0; i < added->size(); ++i) {
-      const auto& token = (*added)[i];
-      const std::string field = fmt::format("added_tokens[{}].id", i);
-      if (!token.is_object() || !token.contains("id")) throw input_error(origin, field, "missing required field");
-      id_of(token["id"], field);
-    }
-  }
-  return ids;
-}
-
 void copy_tokenizer_json(const std::filesystem::path& file, const std::filesystem::path& dir) {
   const auto overwrite = std::filesystem::copy_options::overwrite_existing;
   std::filesystem::copy_file(file, dir / "tokenizer.json", overwrite);
@@ -151,8 +106,14 @@ int run_make_model(const MakeModelArgs& args) {
   if (!args.tokenizer_json.empty()) {
     const std::filesystem::path file = args.tokenizer_json;
     if (!std::filesystem::is_regular_file(file)) throw input_error(file.string(), "--tokenizer-json", "no such file");
-    const std::int64_t ids = tokenizer_json_ids(file);
+    // The whole file is read as kvcheck will use it (a tokenizer it cannot read is refused here).
+    const Tokenizer tok = Tokenizer::load(file);
+    const std::int64_t ids = tok.vocab_size();
     if (c.vocab_size == 0) c.vocab_size = ids;
+    if (args.shape.empty()) {  // a shape keeps its published ids
+      if (tok.bos_id() >= 0) c.bos_token_id = tok.bos_id();
+      if (tok.eos_id() >= 0) c.eos_token_ids = {tok.eos_id()};
+    }
     if (ids > c.vocab_size) {
       throw input_error(file.string(), "vocabulary",
                         "the tokenizer has ids up to {}, past the model's vocab_size {}{} (its embedding has no row for them)",

@@ -7,6 +7,8 @@
 #include <chrono>
 #include <fstream>
 
+#include <sys/resource.h>
+
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -95,7 +97,23 @@ void add_report(CLI::App& app, ReportArgs& args) {
   cmd->add_flag("--quiet", args.quiet, "No progress on stderr");
 }
 
+namespace {
+
+// Seconds since `t0`, and the peak resident set of this process so far (getrusage: the kernel's
+// high-water mark, KiB on Linux), for the run line and report.json's "run".
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+std::int64_t peak_rss_bytes() {
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;
+}
+
+}  // namespace
+
 int run_report(const ReportArgs& args) {
+  const auto started = std::chrono::steady_clock::now();
   if (args.update_baseline && args.baseline.empty()) {
     throw input_error("kvcheck report", "--update-baseline", "needs --baseline FILE to write");
   }
@@ -249,12 +267,15 @@ int run_report(const ReportArgs& args) {
                                  {"reference", {{"perplexity", ref_ppl}, {"cached", hit}, {"wall_s", ref_s}, {"prompt_source", inputs.origin},
                                                 {"attention", attention}}},
                                  {"rows", rows},
-                                 {"spvllm_strategies", spvllm}};
+                                 {"spvllm_strategies", spvllm},
+                                 {"run", {{"wall_s", seconds_since(started)}, {"peak_rss_bytes", peak_rss_bytes()}}}};
   write_json_atomically(out_dir / "report.json", report, "--out");
   write_text(out_dir / "report.md", report_markdown(report));
   write_text(out_dir / "report.html", report_html(report));
   fmt::print("{}", report_markdown(report));
   fmt::print("\nreport: {}\n", (std::filesystem::absolute(out_dir) / "report.html").string());
+  fmt::print("run: {:.1f} s wall, peak RSS {:.0f} MB\n", report.at("run").at("wall_s").get<double>(),
+             static_cast<double>(report.at("run").at("peak_rss_bytes").get<std::int64_t>()) / 1e6);
 
   std::vector<BaselineRow> current;
   std::int64_t violations = 0;

@@ -130,7 +130,7 @@ TEST(Fp8ScaleCli, PageScalesAndTheResidualCountInTheBytes) {
 TEST(Fp8ScaleCli, ReportCountsSaturationPerPolicyAndWarns) {
   TempDir dir;
   const auto r = run_kvcheck("report --quick --policies fp8,fp8:scale=page --prompts 2 --prompt-tokens 1 "
-                             "--max-new-tokens 48 --retrieval 0 --oracle-prompts 0 --out " + shell_quote(dir / "r"));
+                             "--max-new-tokens 48 --retrieval-items 0 --oracle-prompts 0 --out " + shell_quote(dir / "r"));
   ASSERT_EQ(r.code, 0) << r.output;
   const json report = read_json_file(dir / "r" / "report.json");
   ASSERT_EQ(report["rows"].size(), 2u);

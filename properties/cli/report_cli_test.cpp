@@ -210,6 +210,10 @@ TEST(ReportCli, AModelWithoutTokenizerSaysItsPromptsAreRandomIds) {
   const json j = json::parse(testing::read_file(dir / "r" / "report.json"));
   EXPECT_TRUE(j.at("reference").at("prompt_source").get<std::string>().starts_with("random ids")) << j.dump();
   EXPECT_EQ(j.at("settings").at("retrieval_items"), 0);
+  // The run's wall time and peak RSS, printed and recorded (what a user sizes a real model's run by).
+  EXPECT_GT(j.at("run").at("wall_s").get<double>(), 0.0) << j.dump();
+  EXPECT_GT(j.at("run").at("peak_rss_bytes").get<std::int64_t>(), std::int64_t{1} << 20) << j.dump();
+  EXPECT_NE(r.output.find(" s wall, peak RSS "), std::string::npos) << r.output;
 }
 
 TEST(ReportCli, RetrievalItemsLongerThanTheContextAreSkippedAndCounted) {
