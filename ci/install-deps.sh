@@ -22,6 +22,7 @@ PACKAGES=(
   libfmt-dev
   python3
   python3-numpy
+  python3-torch
 )
 
 missing=()

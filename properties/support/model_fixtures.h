@@ -28,6 +28,15 @@ struct TinyShape {
 // A valid Llama config of the given shape (eos id 2, bos id 1, rope_theta 10000).
 ModelConfig tiny_config(const TinyShape& shape = {});
 
+// Qwen3 (q_norm / k_norm before RoPE), GQA, tied, rope theta 1e6, head_dim 16 with 4 heads over
+// a hidden size of 48 (q is wider than the hidden state, as in Qwen3-0.6B).
+ModelConfig tiny_qwen3_config();
+
+// The tokenizer.json directory of fixture tokenizer `name` (datasets/tokenizers/README.md):
+// $KVCHECK_TOKENIZERS/NAME, else the committed datasets/tokenizers/NAME, else the fetched
+// datasets/tokenizers/fetched/NAME; empty when none holds a tokenizer.json.
+std::filesystem::path fixture_tokenizer_dir(const std::string& name);
+
 // A reference model over random in-memory weights.
 ReferenceModel tiny_model(const ModelConfig& config, std::uint64_t seed, DType dtype = DType::kF32,
                           const LoadOptions& options = {});

