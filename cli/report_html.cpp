@@ -104,6 +104,13 @@ std::vector<std::string> fp8_saturation_notes(const nlohmann::json& report) {
   return notes;
 }
 
+// The reference's perplexity: three decimals, or four significant digits with an exponent past a
+// million (a random-weight model of a real shape has one near 1e90, which would print 90 digits).
+std::string perplexity_text(const nlohmann::json& report) {
+  const double ppl = report.at("reference").at("perplexity").get<double>();
+  return ppl < 1e6 ? fmt::format("{:.3f}", ppl) : fmt::format("{:.4g}", ppl);
+}
+
 // "8 held-out prompts x (128 + 64) tokens; 48 retrieval items" with `times` for the x.
 std::string inputs_phrase(const nlohmann::json& report, const char* times, const char* sep) {
   const nlohmann::json& st = report.at("settings");
@@ -356,9 +363,9 @@ std::vector<std::size_t> pareto_front(const std::vector<double>& x, const std::v
 }
 
 std::string report_markdown(const nlohmann::json& report) {
-  std::string s = fmt::format("# kvcheck accuracy report\n\nModel `{}` (hash {}), {}; reference perplexity {:.3f}.\n\n",
+  std::string s = fmt::format("# kvcheck accuracy report\n\nModel `{}` (hash {}), {}; reference perplexity {}.\n\n",
                               report.at("model").at("path").get<std::string>(), report.at("model").at("hash").get<std::string>(),
-                              inputs_phrase(report, "x", ", "), report.at("reference").at("perplexity").get<double>());
+                              inputs_phrase(report, "x", ", "), perplexity_text(report));
   if (random_prompts(report)) s += random_prompts_note(report) + "\n\n";
   for (const std::string& note : fp8_saturation_notes(report)) s += note + "\n\n";
   const nlohmann::json& ref = report.at("reference");
@@ -397,9 +404,9 @@ h2{margin-top:28px}.note{color:#555;font-size:13px}.scroll{overflow-x:auto}
 table.wide{font-size:11px}table.wide td{white-space:nowrap}table.wide td:first-child{white-space:normal;overflow-wrap:anywhere;max-width:260px}
 </style></head><body>)svg";
   s += "<h1>kvcheck accuracy report</h1>";
-  s += fmt::format(R"svg(<p class="note">Model <code>{}</code> (hash {}); {}; reference perplexity {:.3f}; command <code>{}</code>.</p>)svg",
+  s += fmt::format(R"svg(<p class="note">Model <code>{}</code> (hash {}); {}; reference perplexity {}; command <code>{}</code>.</p>)svg",
                    escape(report.at("model").at("path").get<std::string>()), report.at("model").at("hash").get<std::string>(),
-                   escape(inputs_phrase(report, "×", "; ")), report.at("reference").at("perplexity").get<double>(),
+                   escape(inputs_phrase(report, "×", "; ")), perplexity_text(report),
                    escape(report.at("command").get<std::string>()));
   if (random_prompts(report)) s += "<p><strong>" + escape(random_prompts_note(report)) + "</strong></p>";
   for (const std::string& note : fp8_saturation_notes(report)) s += "<p><strong>" + escape(note) + "</strong></p>";
