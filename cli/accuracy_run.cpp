@@ -24,14 +24,16 @@ AccuracyInputs prepare_accuracy_inputs(const ReferenceModel& model, const std::f
   AccuracyInputs in;
   VerifyArgs text_args = args;
   text_args.feed = "text";
-  in.prompts = make_prompts(text_args, dir, c, in.origin, &in.heldout_file);
+  // One read of the tokenizer for the prompts and the retrieval items (a tokenizer.json is ~10 MB).
+  const std::optional<Tokenizer> tokenizer_found = Tokenizer::find(dir);
+  in.prompts = make_prompts(text_args, dir, c, tokenizer_found ? &*tokenizer_found : nullptr, in.origin,
+                            &in.heldout_file);
   in.prompt_tokens = args.prompt_tokens;
-  const std::optional<Tokenizer> tokenizer_found = args.sweep_retrieval > 0 ? Tokenizer::find(dir) : std::nullopt;
   if (args.sweep_retrieval > 0 && !tokenizer_found && !args.retrieval_file.empty()) {
     throw input_error("--retrieval", args.retrieval_file,
                       "needs the model's tokenizer (tokenizer.json or tokenizer.model); {} has none", dir.string());
   }
-  if (tokenizer_found) {
+  if (args.sweep_retrieval > 0 && tokenizer_found) {
     const Tokenizer& tokenizer = *tokenizer_found;
     const std::filesystem::path file = retrieval_path(args.retrieval_file);
     in.retrieval_file = file;

@@ -13,13 +13,20 @@ namespace kvcheck::cli {
 
 std::vector<Prompt> make_prompts(const VerifyArgs& args, const std::filesystem::path& dir, const ModelConfig& c,
                                  std::string& origin, std::filesystem::path* text_file) {
+  const std::optional<Tokenizer> tokenizer = Tokenizer::find(dir);
+  return make_prompts(args, dir, c, tokenizer ? &*tokenizer : nullptr, origin, text_file);
+}
+
+std::vector<Prompt> make_prompts(const VerifyArgs& args, const std::filesystem::path& dir, const ModelConfig& c,
+                                 const Tokenizer* tokenizer_found, std::string& origin,
+                                 std::filesystem::path* text_file) {
   const std::int64_t want = args.prompt_tokens + (args.feed == "text" ? args.max_new_tokens : 0);
   if (want > c.max_position_embeddings) {
     throw input_error("--prompt-tokens", "value", "{} prompt tokens{} exceed max_position_embeddings {} of the model",
                       args.prompt_tokens, args.feed == "text" ? " plus the fed text" : "", c.max_position_embeddings);
   }
   std::vector<Prompt> prompts;
-  if (const std::optional<Tokenizer> tokenizer_found = Tokenizer::find(dir)) {
+  if (tokenizer_found != nullptr) {
     const Tokenizer& tokenizer = *tokenizer_found;
     const std::filesystem::path heldout = heldout_path(args.heldout_file);
     origin = heldout.string();

@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "reference/config.h"
+#include "reference/tokenizer.h"
 
 namespace kvcheck::cli {
 
@@ -24,5 +25,10 @@ struct Prompt {
 // the model or the held-out set, or when args.heldout names a file but the model has no tokenizer.
 std::vector<Prompt> make_prompts(const VerifyArgs& args, const std::filesystem::path& dir, const ModelConfig& c,
                                  std::string& origin, std::filesystem::path* text_file = nullptr);
+// The same with the model's tokenizer already loaded (`tokenizer`: Tokenizer::find(dir), null when
+// the model has none), for a caller that needs it again and should not read the file twice.
+std::vector<Prompt> make_prompts(const VerifyArgs& args, const std::filesystem::path& dir, const ModelConfig& c,
+                                 const Tokenizer* tokenizer, std::string& origin,
+                                 std::filesystem::path* text_file = nullptr);
 
 }  // namespace kvcheck::cli
