@@ -1,5 +1,5 @@
 // One configuration of the serving benchmark: a workload through the optimized engine's scheduler
-// under a fixed KV memory budget, with the serving metrics of DESIGN.md ("Metrics").
+// under a fixed KV memory budget, with the serving metrics of docs/design.md §11.
 //
 // Time. Requests arrive on a clock that is the wall time of this run, except that when the engine
 // has nothing to do before the next arrival the clock jumps forward to it instead of sleeping (the

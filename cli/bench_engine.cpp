@@ -3,7 +3,7 @@
 //   reference            batch 1, reference/generate.h's KV-cache path (the oracle, double
 //                        precision, one position per step over a contiguous cache);
 //   reference recompute  batch 1, the reference's full-recompute path (every step runs the whole
-//                        sequence again: the "full forward" of DESIGN.md's data flow), one request;
+//                        sequence again: the "full forward" of docs/design.md §3), one request;
 //   engine               batch 1, the same requests one after another;
 //   engine               batch B, B requests through the scheduler, all arriving at step 0.
 // Tokens/s counts generated tokens over wall time, prefill included. Ratios are engine tokens/s

@@ -1,5 +1,5 @@
-// The vLLM-style block allocator of the fixed-format baseline (DESIGN.md, "Unified pages", last
-// bullet; the primer's paging, copy-on-write and prefix caching; SpvLLM's per-slot masks).
+// The vLLM-style block allocator of the fixed-format baseline (docs/design.md §6, "The vLLM-style
+// baseline"; the primer's paging, copy-on-write and prefix caching; SpvLLM's per-slot masks).
 //
 // A pool of `num_blocks` blocks of `block_size` token slots (16 by default, at most 64). Every
 // slot holds a real payload (token id and position, int32 each) so that copies can be checked.

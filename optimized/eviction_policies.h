@@ -1,4 +1,4 @@
-// Eviction policies (DESIGN.md, "Compression policies"): every kept token is stored in fp16 (the
+// Eviction policies (docs/design.md §8): every kept token is stored in fp16 (the
 // full-fp16 cache they are compared against), and a head holds at most a budget of tokens.
 //
 //   streaming  StreamingLLM: the first `sinks` positions (attention sinks) and the `window` most

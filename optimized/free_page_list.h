@@ -1,4 +1,4 @@
-// The circular free page list of LeanKV's unified page pool (DESIGN.md, "Unified pages").
+// The circular free page list of LeanKV's unified page pool (docs/design.md §6).
 //
 // An array holding every page id of the pool once. Free ids are the circular run
 // slots[start .. start + free_count) (indices modulo the pool size); used ids occupy the rest.

@@ -16,7 +16,7 @@
 //            0..n_r - 1: the same tokens are quantized, one step later here, because the engine
 //            writes the new token's key only inside the layer loop.)
 //
-//   kivi2, kivi4   every token kept; G = 32, n_r = 128 by default (DESIGN.md).
+//   kivi2, kivi4   every token kept; G = 32, n_r = 128 by default (docs/design.md §8).
 //   minikv         MiniKV's persistent context selection at prefill: a recent window (a share of
 //                  the budget) plus the heavy hitters, the older prompt tokens that received the
 //                  most attention from all prompt queries (the prefill kernel's column sums, max

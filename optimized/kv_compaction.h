@@ -1,4 +1,4 @@
-// Parallel KV compaction (LeanKV section 5.2; DESIGN.md, "Unified pages"): one round moves
+// Parallel KV compaction (LeanKV section 5.2; docs/design.md §6): one round moves
 // pages between the circular free list and many heads' page tables at once.
 //
 //   planning      each head computes how many pages it must allocate and how many it frees

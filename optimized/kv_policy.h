@@ -1,4 +1,4 @@
-// Compression policies: one interface, one registry (DESIGN.md, "Compression policies").
+// Compression policies: one interface, one registry (docs/design.md §8).
 //
 // Uniform policies store every token at one precision for its whole life: full-fp32 (the exact
 // configuration, which must reproduce the reference), full-fp16 (vLLM's default cache), fp8

@@ -1,5 +1,5 @@
 // The model runner: the Llama forward pass of the optimized engine over paged, compressed KV,
-// driven through a Backend (DESIGN.md, "Data flow").
+// driven through a Backend (docs/design.md §3).
 //
 //   prefill   one request's prompt at positions 0 .. T-1: projections as one GEMM per weight,
 //             tiled causal attention over the prompt's own (uncompressed) keys and values, then

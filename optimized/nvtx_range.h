@@ -1,4 +1,4 @@
-// NVTX ranges for Nsight Systems (DESIGN.md, "optimized/"): a scoped range on the calling thread.
+// NVTX ranges for Nsight Systems (docs/design.md §11): a scoped range on the calling thread.
 // With NVTX3's headers (the CUDA toolkit's; CMake option KVCHECK_NVTX) a range is a push at
 // construction and a pop at destruction, which cost a call through a null function table when no
 // tool is attached; without them it compiles to nothing.

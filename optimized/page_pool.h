@@ -1,4 +1,4 @@
-// The unified page pool (DESIGN.md, "Unified pages"; LeanKV section 5.2): `pages` pages of
+// The unified page pool (docs/design.md §5; LeanKV section 5.2): `pages` pages of
 // `page_bytes` bytes each (really allocated, one buffer), each formatted on allocation for one
 // precision tier of one (request, layer, kv-head). A page's tokens sit in the six segments of
 // kernels/cpu/kv_bytes.h page_layout(tier, head_dim, page_bytes); slot s of a page is token s of

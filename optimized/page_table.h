@@ -1,4 +1,4 @@
-// LeanKV's bidirectional page table (DESIGN.md, "Unified pages"; LeanKV section 5.2): one per
+// LeanKV's bidirectional page table (docs/design.md §6; LeanKV section 5.2): one per
 // (request, layer, kv-head). High-precision page ids grow from the left end, low-precision ids
 // from the right end; the two sides never cross.
 //

@@ -1,4 +1,4 @@
-// The prefix cache of the vLLM-style block allocator (DESIGN.md, "Unified pages", last bullet).
+// The prefix cache of the vLLM-style block allocator (docs/design.md §6, "The vLLM-style baseline").
 //
 // Full blocks are keyed by a chain hash: hash(parent block's hash, this block's tokens), the
 // first block of a sequence hashing under kRootHash. A lookup walks a prompt block by block from

@@ -1,4 +1,4 @@
-// The engine's scheduler (DESIGN.md, "optimized/"): continuous batching over the model runner.
+// The engine's scheduler (docs/design.md §10): continuous batching over the model runner.
 //
 // Each step:
 //   1. admission   waiting requests (in arrival order, once their arrival step has come) join the

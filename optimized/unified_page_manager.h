@@ -1,4 +1,4 @@
-// LeanKV's page manager (DESIGN.md, "Unified pages"; LeanKV sections 5.2-5.3 and Algorithm 1):
+// LeanKV's page manager (docs/design.md §6; LeanKV sections 5.2-5.3 and Algorithm 1):
 // the page pool, the circular free list and one bidirectional page table per (request, layer,
 // kv-head), changed only through parallel KV compaction rounds (optimized/kv_compaction.h).
 //

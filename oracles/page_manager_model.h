@@ -1,4 +1,4 @@
-// The sequential model of LeanKV's unified page manager (DESIGN.md, "Unified pages"): what the
+// The sequential model of LeanKV's unified page manager (docs/design.md §6): what the
 // free list and every page table must hold after each command. Plain and slow on purpose: free
 // ids are a deque (the circular run read from the start pointer), heads are processed one by one,
 // and live tokens are sets of positions. It knows nothing of optimized/ (oracles depend only on

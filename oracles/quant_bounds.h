@@ -1,6 +1,6 @@
 // Error bounds of the KV quantizers: what every quantized element must satisfy, given only the
-// stored metadata. A property that finds an element outside them has found a bug (DESIGN.md,
-// "Quantization").
+// stored metadata. A property that finds an element outside them has found a bug (docs/design.md
+// §4).
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // The quantizers written for clarity, not speed: one metadata group at a time, each element by
-// the formula of DESIGN.md "Quantization", fp16 and FP8 rounding done independently of
+// the formulas of docs/design.md §4, fp16 and FP8 rounding done independently of
 // kernels/quant_math.h (Eigen's fp16 conversion plus explicit neighbour steps; FP8 by nearest
 // entry of a table of all codes). The fast paths must equal these bit for bit.
 #pragma once

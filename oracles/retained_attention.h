@@ -1,4 +1,4 @@
-// Attention over a given retained + dequantized set (DESIGN.md, "Data flow": the per-step
+// Attention over a given retained + dequantized set (docs/design.md §7: the per-step
 // oracle): exact attention, in double, for one kv head's group of query heads over an explicit
 // list of tokens, already dequantized to floats. The paged decode kernel
 // (kernels/cpu/paged_attention.h) must equal it within float tolerance on the tokens it holds.

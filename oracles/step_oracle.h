@@ -1,5 +1,5 @@
-// The per-step oracle of the compressed engine (DESIGN.md, "Data flow" and "Attention error
-// bounds"), for one decode step of one kv head and its group of query heads:
+// The per-step oracle of the compressed engine (docs/design.md §7, with the data flow of §3),
+// for one decode step of one kv head and its group of query heads:
 //
 //   held   the engine's output must equal exact attention (double) over exactly the tokens the
 //          policy claims to hold, dequantized as their format stores them, within the rounding

@@ -1,5 +1,5 @@
 // The coordination step of one parallel KV compaction round on a flat circular free list
-// (DESIGN.md, "Unified pages"; LeanKV section 5.2), as the CPU twin of kernels/cuda/compaction.cu.
+// (docs/design.md §6; LeanKV section 5.2), as the CPU twin of kernels/cuda/compaction.cu.
 //
 // The list is an array of every page id of a pool of `pool` pages; the free ids are the circular
 // run list[start .. start + free_count) (indices modulo pool). Head h asks for alloc_counts[h]

@@ -1,5 +1,5 @@
 // Exclusive prefix sum over per-head page counts: the coordination step of LeanKV's parallel KV
-// compaction (DESIGN.md, "Unified pages"). out[i] = in[0] + ... + in[i-1], out[0] = 0; the
+// compaction (docs/design.md §6). out[i] = in[0] + ... + in[i-1], out[0] = 0; the
 // return value is the total. With counts {2, 0, 3, 1}: offsets {0, 2, 2, 5}, total 6.
 //
 // CPU twin of the CUB scan in kernels/cuda/compaction.cu: a blocked parallel scan (each of

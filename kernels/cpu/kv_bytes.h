@@ -1,5 +1,5 @@
 // Bytes accounting of KV formats and tiers, and the segment layout of a unified page
-// (DESIGN.md, "Unified pages"): memory is compared in bytes, metadata included.
+// (docs/design.md §4 and §5): memory is compared in bytes, metadata included.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
-// A block of one head's key or value rows encoded as unified pages store them (DESIGN.md,
-// "Quantization"; kernels/cpu/paged_attention.h for the page side): the code row of each token,
+// A block of one head's key or value rows encoded as unified pages store them (docs/design.md
+// §4 and §5; kernels/cpu/paged_attention.h for the page side): the code row of each token,
 // the metadata each slot carries, and the metadata of each per-channel group. Shared by the
 // engine's KV cache, which writes pages, and the tests, which build them by hand.
 //

@@ -1,4 +1,4 @@
-// Paged decode attention over unified pages, CPU twin (DESIGN.md, "Unified pages"; LeanKV
+// Paged decode attention over unified pages, CPU twin (docs/design.md §5 and §7; LeanKV
 // section 5): one request, one kv head, the GQA group of query heads that share it. The kernel
 // reads the bytes optimized/page_pool.h writes, through the same offsets (kernels/cpu/page_codes.h),
 // so pages are interchangeable between the engine's backends.

@@ -1,5 +1,5 @@
 // Tiled causal prefill attention with column attention sums, CPU twin (MiniKV's two-pass
-// selective attention; DESIGN.md, "Layout", kernels/).
+// selective attention; docs/design.md §7).
 //
 // Pass one is flash attention: per query tile, the key tiles up to the diagonal, an online
 // softmax (running max m_i, running sum l_i, the output row as accumulator, rescaled when the max

@@ -1,6 +1,6 @@
 // The page manager driven by a command stream from the fuzzer's bytes (see fuzz_targets.h):
 // admit + prompt phase, decode steps (evict, demote, flush, each slot strategy), compaction,
-// finish and preempt on a small pool, with the invariants of DESIGN.md ("Unified pages")
+// finish and preempt on a small pool, with the invariants of docs/design.md §6
 // checked after every command, and "a failed operation changes nothing" checked after every
 // InputError or PoolExhausted.
 #include <algorithm>

@@ -247,7 +247,7 @@ DecodeCase draw_decode_case(std::int64_t max_head_dim, std::int64_t max_group) {
 // ẑ Σ q_c, oracles/quant_bounds.h fused_dot_tolerance), so each logit is within
 //   δ_dot = 2 (d + 4) u · scale · Σ_c |q_c| (|k̂_c| + 2|ẑ|)     (ŝ code_c ≤ |k̂_c| + |ẑ|)
 // of the exact one; max-subtraction and exp add about 2 u |l| + 2 u more, together δ.
-// Probabilities then satisfy p̂/p ∈ e^{±2δ} (DESIGN.md, "Attention error bounds"), times the
+// Probabilities then satisfy p̂/p ∈ e^{±2δ} (docs/design.md §7), times the
 // float sum and division of n weights: (2n + 8) u. The output moves by at most
 // ‖p̂ - p‖₁ max|v̂| plus the float accumulation of n weighted values, n u max|v̂|.
 // Twice that, for the slack of the inequalities: a planted bug moves the output by O(|v|).
