@@ -11,7 +11,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "kernels/cpu/linear_rows.h"
+#include "kernels/cpu/dense_ops.h"
 
 namespace kvcheck {
 namespace {
@@ -86,7 +86,7 @@ void CpuBackend::linear(const DenseWeight& w, std::span<const float> x, std::int
   const std::int64_t out = w.out();
   check_size(x.size(), rows * in, "linear input");
   check_size(y.size(), rows * out, "linear output");
-  // Tasks are (64 outputs) x (16 rows) tiles; kernels/cpu/linear_rows.h computes every element
+  // Tasks are (64 outputs) x (16 rows) tiles; kernels/cpu/dense_ops.h computes every element
   // in an order fixed by its own row, so neither the tiling nor the thread count shows in a bit.
   const std::int64_t chunks = (out + kLinearChunk - 1) / kLinearChunk;
   const std::int64_t blocks = (rows + kLinearRowBlock - 1) / kLinearRowBlock;

@@ -34,7 +34,7 @@ constexpr int kMaxGroup = static_cast<int>(kCudaDecodeMaxGroup);
 constexpr unsigned kFullMask = 0xFFFFFFFFu;
 
 // KvDType and Granularity as ints (kernels/cpu/kv_bytes.h, kernels/quant_format.h; the host side
-// of paged_attention_cuda_batch.cpp asserts the values).
+// of paged_attention_cuda_adapter.cpp asserts the values).
 constexpr int kFp32 = 0, kFp16 = 1, kFp8 = 2, kInt = 3;
 constexpr int kPerToken = 0, kPerChannel = 1;  // else per token group
 constexpr std::int64_t kPairBytes = 4;          // fp16 scale, fp16 zero

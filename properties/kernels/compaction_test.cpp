@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/compaction_ids.h"
+#include "kernels/cpu/compaction.h"
 #include "kernels/cpu/exclusive_scan.h"
 
 namespace kvcheck {

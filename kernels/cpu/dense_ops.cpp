@@ -1,4 +1,4 @@
-#include "kernels/cpu/linear_rows.h"
+#include "kernels/cpu/dense_ops.h"
 
 #include <cstddef>
 #include <cstring>
@@ -29,7 +29,7 @@ typedef std::uint32_t U32Lanes __attribute__((vector_size(32)));
 // always-inline F16C intrinsic cannot be inlined into a function without F16C), so each build
 // gets its own copy of them.
 namespace portable {
-#include "kernels/cpu/linear_rows_body.inc"
+#include "kernels/cpu/dense_ops_linear_rows.inc"
 }  // namespace portable
 
 #if defined(KVCHECK_LINEAR_AVX2)
@@ -41,7 +41,7 @@ namespace portable {
 #endif
 namespace avx2 {
 #define KVCHECK_LINEAR_F16C 1
-#include "kernels/cpu/linear_rows_body.inc"
+#include "kernels/cpu/dense_ops_linear_rows.inc"
 #undef KVCHECK_LINEAR_F16C
 }  // namespace avx2
 #if defined(__clang__)

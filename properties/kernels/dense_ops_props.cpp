@@ -14,7 +14,7 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/cpu/linear_rows.h"
+#include "kernels/cpu/dense_ops.h"
 #include "kernels/cpu/row_ops.h"
 #include "kernels/cpu/weight_dtype.h"
 #include "properties/support/property_check.h"
