@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "kernels/cpu/compaction.h"
+#include "kernels/free_run.h"
 
 namespace kvcheck {
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/compaction_cuda.h"
+#include "kernels/cpu/compaction.h"
 #include "kernels/cuda/device_buffer.cuh"
 #include "kernels/device.h"
 
