@@ -218,18 +218,7 @@ void BM_LinearRows(benchmark::State& state) {
   const std::vector<float> w = normal(out * in, 7), x = normal(rows * in, 8);
   std::vector<float> y(static_cast<std::size_t>(rows * out));
   for (auto _ : state) {
-    LinearRowsArgs a;
-    a.w = w.data();
-    a.w_stride = in;
-    a.in = in;
-    a.x = x.data();
-    a.x_stride = in;
-    a.y = y.data();
-    a.y_stride = out;
-    a.rows = rows;
-    a.out_begin = 0;
-    a.out_end = out;
-    linear_rows(a);
+    linear_rows(packed_linear_args(w.data(), WeightDType::kF32, in, out, nullptr, x.data(), y.data(), rows));
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }

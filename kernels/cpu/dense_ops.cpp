@@ -1,9 +1,12 @@
 #include "kernels/cpu/dense_ops.h"
 
+#include <Eigen/Core>
+
+#include <cmath>
 #include <cstddef>
 #include <cstring>
-#include <string>
 #include <stdexcept>
+#include <string>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define KVCHECK_LINEAR_AVX2 1
@@ -95,5 +98,91 @@ void linear_rows(const LinearRowsArgs& a, LinearIsa isa) {
 }
 
 void linear_rows(const LinearRowsArgs& a) { linear_rows(a, linear_rows_isa()); }
+
+LinearRowsArgs packed_linear_args(const void* w, WeightDType w_dtype, std::int64_t in, std::int64_t out,
+                                  const float* bias, const float* x, float* y, std::int64_t rows) {
+  LinearRowsArgs a;
+  a.w = w;
+  a.w_dtype = w_dtype;
+  a.w_stride = in;
+  a.in = in;
+  a.bias = bias;
+  a.x = x;
+  a.x_stride = in;
+  a.y = y;
+  a.y_stride = out;
+  a.rows = rows;
+  a.out_begin = 0;
+  a.out_end = out;
+  return a;
+}
+
+void linear_gemm(const LinearRowsArgs& a) {
+  check(a);
+  if (a.x_stride != a.in || a.w_stride != a.in) {
+    throw std::invalid_argument("linear_gemm: W and x must be packed (w_stride == x_stride == in)");
+  }
+  using Rows = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  const std::int64_t n = a.out_end - a.out_begin;
+  if (a.rows == 0 || n == 0) return;
+  Eigen::Map<const Rows> xm(a.x, a.rows, a.in);
+  Eigen::Map<Rows> ym(a.y, a.rows, a.y_stride);
+  // W's rows widened to float (exact) into an aligned buffer, then the GEMM a float32 copy of W
+  // got: the same expression type (a row block of a float matrix), strides and alignment, so the
+  // same blocking and the same bits.
+  thread_local Rows wf;
+  wf.resize(n, a.in);
+  widen_row(static_cast<const std::byte*>(a.w) + a.out_begin * a.w_stride * weight_dtype_size(a.w_dtype), a.w_dtype,
+            n * a.in, wf.data());
+  ym.middleCols(a.out_begin, n).noalias() = xm * wf.topRows(n).transpose();
+  if (a.bias != nullptr) {
+    for (std::int64_t r = 0; r < a.rows; ++r) {
+      for (std::int64_t i = 0; i < n; ++i) ym(r, a.out_begin + i) += a.bias[a.out_begin + i];
+    }
+  }
+}
+
+void rmsnorm(const float* x, std::int64_t rows, std::int64_t width, const float* weight, double eps, float* out) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    // The mean square in double: one pass, deterministic per row, as exact as it is cheap.
+    double ss = 0.0;
+    for (std::int64_t i = 0; i < width; ++i) {
+      const double v = x[r * width + i];
+      ss += v * v;
+    }
+    const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(width) + eps));
+    for (std::int64_t i = 0; i < width; ++i) out[r * width + i] = x[r * width + i] * inv * weight[i];
+  }
+}
+
+void rope(float* x, std::int64_t rows, std::int64_t heads, std::int64_t head_dim, const std::int32_t* positions,
+          const float* cos_table, const float* sin_table, std::int64_t table_rows) {
+  const std::int64_t half = head_dim / 2;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t p = positions[r];
+    if (p < 0 || p >= table_rows) {
+      throw std::invalid_argument("rope: position " + std::to_string(p) + " outside the table of " +
+                                  std::to_string(table_rows));
+    }
+    const float* c = cos_table + p * half;
+    const float* s = sin_table + p * half;
+    for (std::int64_t hd = 0; hd < heads; ++hd) {
+      float* v = x + (r * heads + hd) * head_dim;
+      for (std::int64_t i = 0; i < half; ++i) {
+        const float a = v[i];
+        const float b = v[i + half];
+        v[i] = a * c[i] - b * s[i];
+        v[i + half] = b * c[i] + a * s[i];
+      }
+    }
+  }
+}
+
+void swiglu(float* gate, const float* up, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
 
 }  // namespace kvcheck
