@@ -10,7 +10,7 @@
 //   BM_PrefillAttention/<tokens> prefill attention with column sums: FLOP/s (pass one 2 T² d,
 //                                pass two T² d per head, causal halves included) and vs_gemm,
 //                                that over Eigen's float GEMM rate.
-//   BM_LinearRows / BM_EigenGemm the decode projection (kernels/cpu/linear_rows.h) and Eigen's
+//   BM_LinearRows / BM_EigenGemm the decode projection (kernels/cpu/dense_ops.h) and Eigen's
 //                                GEMM on the same shape: FLOP/s and vs_gemm.
 // The summary printed last gives each decode format's speedup over fp16 beside its byte ratio
 // (LeanKV's comparison: a format that reads half the bytes should run nearly twice as fast).
@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "bench/bench_baselines.h"
-#include "kernels/cpu/linear_rows.h"
+#include "kernels/cpu/dense_ops.h"
 #include "kernels/cpu/page_encode.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/prefill_attention.h"
@@ -218,18 +218,7 @@ void BM_LinearRows(benchmark::State& state) {
   const std::vector<float> w = normal(out * in, 7), x = normal(rows * in, 8);
   std::vector<float> y(static_cast<std::size_t>(rows * out));
   for (auto _ : state) {
-    LinearRowsArgs a;
-    a.w = w.data();
-    a.w_stride = in;
-    a.in = in;
-    a.x = x.data();
-    a.x_stride = in;
-    a.y = y.data();
-    a.y_stride = out;
-    a.rows = rows;
-    a.out_begin = 0;
-    a.out_end = out;
-    linear_rows(a);
+    linear_rows(packed_linear_args(w.data(), WeightDType::kF32, in, out, nullptr, x.data(), y.data(), rows));
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }

@@ -143,7 +143,7 @@ void BM_CompactionRound(benchmark::State& state) {
     state.PauseTiming();
     FreePageList list = base;  // the same starting state every round
     state.ResumeTiming();
-    const CompactionRoundStats s = compact(list, alloc, recycle, o, [&](std::int64_t h, std::int64_t a, std::int64_t r) {
+    const CompactionRoundStats s = compaction_round(list, alloc, recycle, o, [&](std::int64_t h, std::int64_t a, std::int64_t r) {
       const auto k = static_cast<std::size_t>(h);
       if (alloc[k] > 0) got[k] = list.id_at(a);
       for (std::int64_t j = 0; j < recycle[k]; ++j) list.put_at(r + j, used[static_cast<std::size_t>(recycle_base[k] + j)]);

@@ -21,7 +21,7 @@
 
 #include "cli/commands.h"
 #include "cli/json_file.h"
-#include "kernels/cpu/linear_rows.h"
+#include "kernels/cpu/dense_ops.h"
 #include "optimized/engine.h"
 #include "optimized/scheduler.h"
 #include "reference/errors.h"

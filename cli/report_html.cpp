@@ -32,11 +32,16 @@ constexpr const char* kPalette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", 
                                     "#7b4173", "#3182bd", "#e6550d", "#31a354"};
 const char* palette(std::size_t i) { return kPalette[i % std::size(kPalette)]; }
 
-// One color per policy family, the same in every scatter plot of the report.
-const char* color_of(const std::string& fam) {
-  static std::map<std::string, std::size_t> index;
-  return palette(index.emplace(fam, index.size()).first->second);
-}
+// One color per policy family, the same in every scatter plot of one report: the palette in the
+// order the report first meets each family (one map per report, so one report's colors never
+// depend on the reports drawn before it in the same process).
+class FamilyColors {
+ public:
+  const char* of(const std::string& fam) { return palette(index_.emplace(fam, index_.size()).first->second); }
+
+ private:
+  std::map<std::string, std::size_t> index_;
+};
 
 // Dash patterns that keep overlapping lines apart (a later line over an earlier one shows both).
 const char* dash_pattern(std::size_t i) {
@@ -165,7 +170,7 @@ struct Axes {
 
 // A scatter plot of the rows: x = KV bytes vs fp16 (linear), y = metric (log10 when log_y).
 std::string scatter(const nlohmann::json& rows, const char* metric, const std::string& y_label, bool log_y,
-                    bool lower_is_better) {
+                    bool lower_is_better, FamilyColors& colors) {
   std::vector<double> xs, ys;
   std::vector<std::size_t> idx;
   for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -199,12 +204,12 @@ std::string scatter(const nlohmann::json& rows, const char* metric, const std::s
     const std::string policy = rows[idx[k]].at("policy").get<std::string>();
     const bool on_front = std::find(front.begin(), front.end(), k) != front.end();
     s += fmt::format(R"svg(<circle cx="{:.1f}" cy="{:.1f}" r="{}" fill="{}" stroke="{}" stroke-width="{}"><title>{}: bytes {:.3f}, {} {:.4g}</title></circle>)svg",
-                     a.px(xs[k]), a.py(ys[k]), on_front ? 6 : 4, color_of(family(policy)), on_front ? "#000" : "none",
+                     a.px(xs[k]), a.py(ys[k]), on_front ? 6 : 4, colors.of(family(policy)), on_front ? "#000" : "none",
                      on_front ? 1.5 : 0, escape(policy), xs[k], metric, log_y ? std::pow(10.0, ys[k]) : ys[k]);
     families[family(policy)] = true;
   }
   int row = 0;
-  for (const auto& [fam, unused] : families) s += a.legend(row++, color_of(fam), fam, nullptr);
+  for (const auto& [fam, unused] : families) s += a.legend(row++, colors.of(fam), fam, nullptr);
   s += fmt::format(R"svg(<line x1="{0}" x2="{1}" y1="{2}" y2="{2}" stroke="#000" stroke-dasharray="5,3"/><text x="{3}" y="{4}">Pareto front</text>)svg",
                    Axes::W - Axes::R + 8, Axes::W - Axes::R + 22, Axes::T + 16 + 15 * row, Axes::W - Axes::R + 26,
                    Axes::T + 20 + 15 * row);
@@ -411,9 +416,10 @@ table.wide{font-size:11px}table.wide td{white-space:nowrap}table.wide td:first-c
   if (random_prompts(report)) s += "<p><strong>" + escape(random_prompts_note(report)) + "</strong></p>";
   for (const std::string& note : fp8_saturation_notes(report)) s += "<p><strong>" + escape(note) + "</strong></p>";
   s += "<h2>KV bytes against KL divergence</h2><p class=\"note\">Mean KL(P<sub>ref</sub> ‖ P<sub>engine</sub>) per position of the text prompts' continuations (log scale). Ringed points form the Pareto front: nothing holds fewer bytes at lower KL.</p>";
-  s += scatter(rows, "kl_mean", "KL mean (log10)", true, true);
+  FamilyColors colors;
+  s += scatter(rows, "kl_mean", "KL mean (log10)", true, true, colors);
   s += "<h2>KV bytes against retrieval accuracy</h2><p class=\"note\">Greedy exact match on the retrieval items; the front: nothing holds fewer bytes at higher accuracy.</p>";
-  s += scatter(rows, "retrieval_accuracy", "retrieval exact match", false, false);
+  s += scatter(rows, "retrieval_accuracy", "retrieval exact match", false, false, colors);
   // Retrieval by length.
   std::vector<std::string> lengths;
   for (const nlohmann::json& r : rows) {

@@ -1,4 +1,4 @@
-// CUDA version of one compaction round on the flat circular free list (kernels/cpu/compaction_ids.h
+// CUDA version of one compaction round on the flat circular free list (kernels/cpu/compaction.h
 // is the CPU twin; same arguments, same results): cub::DeviceScan::ExclusiveSum over the per-head
 // counts, then one kernel that copies each head's ids from / to the list by its offsets.
 //
@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "kernels/cpu/compaction_ids.h"
+#include "kernels/free_run.h"
 
 namespace kvcheck {
 

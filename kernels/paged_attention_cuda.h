@@ -1,7 +1,7 @@
 // Paged decode attention over unified pages, CUDA version (kernels/cpu/paged_attention.h is the
 // CPU twin and states the semantics: the same pages, walk order, formats, dead-slot rule and
 // outputs). This header is C++17 (nvcc compiles it): the batch is plain descriptors and raw
-// pointers. kernels/paged_attention_cuda_batch.h builds one from the CPU twin's DecodeHeadInput.
+// pointers. kernels/paged_attention_cuda_adapter.h builds one from the CPU twin's DecodeHeadInput.
 //
 // One thread block per (request, kv head): its warps walk the slots for the logits of every
 // query head of the GQA group, a block reduction gives each head's maximum and sum, then the
@@ -79,7 +79,7 @@ inline constexpr std::int64_t kCudaDecodeMaxHeadDim = 256;
 inline constexpr std::int64_t kCudaDecodeMaxGroup = 16;
 
 // Copies the batch to the device, runs the kernel, copies out (and probs) back. The descriptors
-// must be consistent (paged_attention_cuda_batch.h validates through the CPU twin's checks);
+// must be consistent (paged_attention_cuda_adapter.h validates through the CPU twin's checks);
 // std::invalid_argument for a head_dim or group over the limits above. std::runtime_error
 // without a CUDA build or device.
 void paged_decode_attention_cuda_host(const CudaDecodeBatch& batch);

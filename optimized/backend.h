@@ -1,6 +1,8 @@
 // The numeric operations the model runner needs, behind one interface so that the CPU backend
-// (optimized/cpu_backend.h: Eigen and the kernels/cpu twins) and the CUDA backend (its own issue)
-// plug into the same runner. Buffers are host float spans, row-major.
+// (optimized/cpu_backend.h: the kernels/cpu twins on a thread pool) and the CUDA backend
+// (optimized/cuda_backend.h: the kernels/*_cuda.h versions) plug into the same runner. Each
+// backend checks the span sizes and forwards to its kernels (kernels/cpu/dense_ops.h and
+// kernels/dense_ops_cuda.h, the attention twins). Buffers are host float spans, row-major.
 //
 // Batch invariance is part of the contract: `linear` computes every row with the same
 // instructions whatever the row count and whatever the other rows hold, so a request's tokens do

@@ -5,13 +5,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cmath>
 #include <exception>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
 
-#include "kernels/cpu/linear_rows.h"
+#include "kernels/cpu/dense_ops.h"
 
 namespace kvcheck {
 namespace {
@@ -29,8 +28,16 @@ void check_size(std::size_t got, std::int64_t want, const char* what) {
   }
 }
 
-using ConstRowsMap = Eigen::Map<const MatrixRMf>;
-using RowsMap = Eigen::Map<MatrixRMf>;
+// The decode projection's arguments for outputs [out_begin, out_end) of rows [r0, r0 + n).
+LinearRowsArgs linear_args(const DenseWeight& w, std::span<const float> x, std::int64_t r0, std::int64_t n,
+                           std::span<float> y, std::int64_t out_begin, std::int64_t out_end) {
+  // W as stored: the kernels widen bf16 / f16 in their inner loops.
+  LinearRowsArgs args = packed_linear_args(w.w.data, w.w.dtype, w.in(), w.out(), w.bias.empty() ? nullptr : w.bias.data(),
+                                           x.data() + r0 * w.in(), y.data() + r0 * w.out(), n);
+  args.out_begin = out_begin;
+  args.out_end = out_end;
+  return args;
+}
 
 }  // namespace
 
@@ -86,75 +93,36 @@ void CpuBackend::linear(const DenseWeight& w, std::span<const float> x, std::int
   const std::int64_t out = w.out();
   check_size(x.size(), rows * in, "linear input");
   check_size(y.size(), rows * out, "linear output");
-  // Tasks are (64 outputs) x (16 rows) tiles; kernels/cpu/linear_rows.h computes every element
+  // Tasks are (64 outputs) x (16 rows) tiles; kernels/cpu/dense_ops.h computes every element
   // in an order fixed by its own row, so neither the tiling nor the thread count shows in a bit.
   const std::int64_t chunks = (out + kLinearChunk - 1) / kLinearChunk;
   const std::int64_t blocks = (rows + kLinearRowBlock - 1) / kLinearRowBlock;
   parallel(blocks * chunks, [&](std::int64_t task) {
     const std::int64_t r0 = (task / chunks) * kLinearRowBlock;
     const std::int64_t a = (task % chunks) * kLinearChunk;
-    LinearRowsArgs args;
-    args.w = w.w.data;  // as stored: linear_rows widens bf16 / f16 in its inner loop
-    args.w_dtype = w.w.dtype;
-    args.w_stride = in;
-    args.in = in;
-    args.bias = w.bias.empty() ? nullptr : w.bias.data();
-    args.x = x.data() + r0 * in;
-    args.x_stride = in;
-    args.y = y.data() + r0 * out;
-    args.y_stride = out;
-    args.rows = std::min(kLinearRowBlock, rows - r0);
-    args.out_begin = a;
-    args.out_end = std::min(a + kLinearChunk, out);
-    linear_rows(args);
+    linear_rows(linear_args(w, x, r0, std::min(kLinearRowBlock, rows - r0), y, a, std::min(a + kLinearChunk, out)));
   }, rows * out * in);
 }
 
 void CpuBackend::linear_prefill(const DenseWeight& w, std::span<const float> x, std::int64_t rows,
                                 std::span<float> y) {
-  const std::int64_t in = w.in();
   const std::int64_t out = w.out();
-  check_size(x.size(), rows * in, "linear input");
+  check_size(x.size(), rows * w.in(), "linear input");
   check_size(y.size(), rows * out, "linear output");
-  ConstRowsMap xm(x.data(), rows, in);
-  RowsMap ym(y.data(), rows, out);
+  // One GEMM per 256 output columns (kernels/cpu/dense_ops.h linear_gemm).
   const std::int64_t chunks = (out + kPrefillChunk - 1) / kPrefillChunk;
   parallel(chunks, [&](std::int64_t c) {
     const std::int64_t a = c * kPrefillChunk;
-    const std::int64_t n = std::min(kPrefillChunk, out - a);
-    // The chunk's weight rows widened to float (exact) into an aligned buffer, then the GEMM a
-    // float32 copy of W got: the same expression type (a row block of a float matrix), strides
-    // and alignment, so the same blocking and the same bits.
-    thread_local MatrixRMf wf;
-    wf.resize(n, in);
-    w.w.widen_rows_to(a, n, wf.data());
-    ym.middleCols(a, n).noalias() = xm * wf.topRows(n).transpose();
-    if (!w.bias.empty()) {
-      for (std::int64_t r = 0; r < rows; ++r) {
-        for (std::int64_t i = 0; i < n; ++i) ym(r, a + i) += w.bias[static_cast<std::size_t>(a + i)];
-      }
-    }
+    linear_gemm(linear_args(w, x, 0, rows, y, a, std::min(a + kPrefillChunk, out)));
   });
 }
 
 void CpuBackend::rmsnorm(std::span<const float> x, std::int64_t rows, std::span<const float> weight, double eps,
                          std::span<float> out) {
-  const std::int64_t h = static_cast<std::int64_t>(weight.size());
-  check_size(x.size(), rows * h, "rmsnorm input");
-  check_size(out.size(), rows * h, "rmsnorm output");
-  for (std::int64_t r = 0; r < rows; ++r) {
-    // The mean square in double: one pass, deterministic per row, as exact as it is cheap.
-    double ss = 0.0;
-    for (std::int64_t i = 0; i < h; ++i) {
-      const double v = x[static_cast<std::size_t>(r * h + i)];
-      ss += v * v;
-    }
-    const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(h) + eps));
-    for (std::int64_t i = 0; i < h; ++i) {
-      const std::size_t k = static_cast<std::size_t>(r * h + i);
-      out[k] = x[k] * inv * weight[static_cast<std::size_t>(i)];
-    }
-  }
+  const auto width = static_cast<std::int64_t>(weight.size());
+  check_size(x.size(), rows * width, "rmsnorm input");
+  check_size(out.size(), rows * width, "rmsnorm output");
+  kvcheck::rmsnorm(x.data(), rows, width, weight.data(), eps, out.data());
 }
 
 void CpuBackend::rope(std::span<float> x, std::int64_t rows, std::int64_t heads, std::int64_t head_dim,
@@ -163,31 +131,14 @@ void CpuBackend::rope(std::span<float> x, std::int64_t rows, std::int64_t heads,
   const std::int64_t half = head_dim / 2;
   check_size(x.size(), rows * heads * head_dim, "rope input");
   check_size(positions.size(), rows, "rope positions");
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const std::int64_t p = positions[static_cast<std::size_t>(r)];
-    if (p < 0 || (p + 1) * half > static_cast<std::int64_t>(cos_table.size())) {
-      throw std::invalid_argument("cpu backend: rope position outside the table");
-    }
-    const float* c = cos_table.data() + p * half;
-    const float* s = sin_table.data() + p * half;
-    for (std::int64_t hd = 0; hd < heads; ++hd) {
-      float* v = x.data() + (r * heads + hd) * head_dim;
-      for (std::int64_t i = 0; i < half; ++i) {
-        const float a = v[i];
-        const float b = v[i + half];
-        v[i] = a * c[i] - b * s[i];
-        v[i + half] = b * c[i] + a * s[i];
-      }
-    }
-  }
+  check_size(sin_table.size(), static_cast<std::int64_t>(cos_table.size()), "rope sin table");
+  const std::int64_t table_rows = half > 0 ? static_cast<std::int64_t>(cos_table.size()) / half : 0;
+  kvcheck::rope(x.data(), rows, heads, head_dim, positions.data(), cos_table.data(), sin_table.data(), table_rows);
 }
 
 void CpuBackend::swiglu(std::span<float> gate, std::span<const float> up) {
   check_size(up.size(), static_cast<std::int64_t>(gate.size()), "swiglu up");
-  for (std::size_t i = 0; i < gate.size(); ++i) {
-    const float g = gate[i];
-    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
-  }
+  kvcheck::swiglu(gate.data(), up.data(), static_cast<std::int64_t>(gate.size()));
 }
 
 void CpuBackend::prefill_attention(const PrefillAttentionInput& in, const PrefillAttentionOutput& out) {

@@ -1,7 +1,8 @@
-// The CPU backend: Eigen for the projections, the kernels/cpu twins for attention, and one
-// persistent Eigen::ThreadPool so that the two cores of a CI machine share every step without
-// spawning threads per operation (and without oversubscription: Eigen's own GEMM threading is
-// not used, every parallel section goes through this pool).
+// The CPU backend: the kernels/cpu twins (dense_ops for the projections, norms, RoPE and SwiGLU;
+// the attention twins), split into tasks on one persistent Eigen::ThreadPool so that the two
+// cores of a CI machine share every step without spawning threads per operation (and without
+// oversubscription: Eigen's own GEMM threading is not used, every parallel section goes through
+// this pool).
 //
 // Work is split into fixed-size chunks that do not depend on the thread count or the batch, so
 // results are bit-identical for 1 or N threads and for any batch composition.

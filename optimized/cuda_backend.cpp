@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 
 #include "kernels/device.h"
-#include "kernels/paged_attention_cuda_batch.h"
-#include "kernels/prefill_attention_cuda_call.h"
+#include "kernels/paged_attention_cuda_adapter.h"
+#include "kernels/prefill_attention_cuda_adapter.h"
 #include "reference/errors.h"
 
 namespace kvcheck {

@@ -1,6 +1,6 @@
 // The engine's weights: the dense matrices as the checkpoint stores them (F32, F16 or BF16,
 // borrowed from the mmapped safetensors bytes, never copied), widened to float inside the kernels
-// (kernels/cpu/linear_rows.h); the small vectors (norms, biases) and the RoPE tables as float.
+// (kernels/cpu/dense_ops.h); the small vectors (norms, biases) and the RoPE tables as float.
 // bf16 -> float and f16 -> float are exact, so every projection gives the bits a float32 copy of
 // the same weights would give, and a bf16 checkpoint costs its own bytes instead of twice them.
 //

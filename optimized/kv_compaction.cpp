@@ -47,10 +47,10 @@ void for_each_head(std::int64_t heads, const CompactionOptions& options, const s
   parallel_for(heads, options.resolved_threads(), options.min_parallel, body);
 }
 
-CompactionRoundStats compact(FreePageList& list, std::span<const std::int64_t> allocate,
-                             std::span<const std::int64_t> recycle, const CompactionOptions& options,
-                             const ApplyHead& apply) {
-  if (allocate.size() != recycle.size()) throw std::invalid_argument("compact: allocate and recycle differ in length");
+CompactionRoundStats compaction_round(FreePageList& list, std::span<const std::int64_t> allocate,
+                                      std::span<const std::int64_t> recycle, const CompactionOptions& options,
+                                      const ApplyHead& apply) {
+  if (allocate.size() != recycle.size()) throw std::invalid_argument("compaction_round: allocate and recycle differ in length");
   const auto t0 = std::chrono::steady_clock::now();
   CompactionRoundStats s;
   s.heads = static_cast<std::int64_t>(allocate.size());

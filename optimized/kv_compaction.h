@@ -72,8 +72,8 @@ using ApplyHead = std::function<void(std::int64_t head, std::int64_t alloc_posit
 // One round. Throws PoolExhausted, with nothing changed and apply never called, when the round
 // needs more ids than are free (checked against the free count before the round: ids recycled in
 // a round are not reused in it).
-CompactionRoundStats compact(FreePageList& list, std::span<const std::int64_t> allocate,
-                             std::span<const std::int64_t> recycle, const CompactionOptions& options,
-                             const ApplyHead& apply);
+CompactionRoundStats compaction_round(FreePageList& list, std::span<const std::int64_t> allocate,
+                                      std::span<const std::int64_t> recycle, const CompactionOptions& options,
+                                      const ApplyHead& apply);
 
 }  // namespace kvcheck

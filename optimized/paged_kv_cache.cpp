@@ -30,11 +30,11 @@ PageManagerConfig manager_config(const ModelConfig& model, const std::vector<KvT
   return m;
 }
 
-// The floats a slot's stored row holds (one row of kernels/cpu/page_encode.h's block): what the
-// decode kernel reads, and what a demoted or flushed token is re-encoded from.
 // fp16 round trip of a finite float (non-finite values pass through, for check_finite to name).
 float round_to_f16(float x) { return std::isfinite(x) ? quant::f16_to_float(quant::f16_from_float(x)) : x; }
 
+// The floats a slot's stored row holds (one row of kernels/cpu/page_encode.h's block): what the
+// decode kernel reads, and what a demoted or flushed token is re-encoded from.
 std::vector<float> slot_values(const KvFormat& format, std::int64_t head_dim, const std::vector<std::uint8_t>& codes,
                                const std::vector<std::uint8_t>& meta) {
   if (format.dtype == KvDType::kInt && format.spec.granularity == Granularity::kPerChannel) {

@@ -245,11 +245,16 @@ void Scheduler::preempt(Running& r) {
     stats_.swapped_bytes += r.swapped->bytes();
     swap_held_bytes_ += r.swapped->bytes();
     ++stats_.preemptions_swap;
+    ++r.result.preemptions;
   } else {
-    cache_.preempt(r.request.id);
-    r.recompute = true;
-    ++stats_.preemptions_recompute;
+    preempt_to_recompute(r);
   }
+}
+
+void Scheduler::preempt_to_recompute(Running& r) {
+  cache_.preempt(r.request.id);
+  r.recompute = true;
+  ++stats_.preemptions_recompute;
   ++r.result.preemptions;
 }
 
@@ -303,10 +308,7 @@ void Scheduler::decode() {
       std::sort(others.begin(), others.end(),
                 [](const Running& a, const Running& b) { return a.admit_order > b.admit_order; });
       for (Running& r : others) {
-        cache_.preempt(r.request.id);
-        r.recompute = true;
-        ++stats_.preemptions_recompute;
-        ++r.result.preemptions;
+        preempt_to_recompute(r);
         waiting_.push_front(std::move(r));
       }
       return;

@@ -144,6 +144,8 @@ class Scheduler {
   void start(Running& r);
   void decode();
   void preempt(Running& r);
+  // Frees r's pages and marks it to be prefilled again and its generated tokens replayed.
+  void preempt_to_recompute(Running& r);
   void finish(Running& r, const std::string& reason);
   void fail(Running& r, const std::string& error);
   // Why the request stops now (optimized/greedy_decoding.h), or nullptr.

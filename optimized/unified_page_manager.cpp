@@ -177,7 +177,7 @@ void UnifiedPageManager::prompt_phase(std::span<const PromptRequest> batch) {
   const auto n = static_cast<std::int64_t>(heads.size());
   const std::vector<std::int64_t> none(static_cast<std::size_t>(n), 0);
   // Round 1: every prompt token at high precision.
-  record(kvcheck::compact(list_, conservative, none, config_.compaction, [&](std::int64_t k, std::int64_t at, std::int64_t) {
+  record(kvcheck::compaction_round(list_, conservative, none, config_.compaction, [&](std::int64_t k, std::int64_t at, std::int64_t) {
     HeadState& h = *heads[static_cast<std::size_t>(k)];
     for (std::int64_t i = 0; i < conservative[static_cast<std::size_t>(k)]; ++i) {
       const PageId id = list_.id_at(at + i);
@@ -194,7 +194,7 @@ void UnifiedPageManager::prompt_phase(std::span<const PromptRequest> batch) {
     allocate[i] = hp.allocate;
     recycle[i] = hp.recycle;
   });
-  record(kvcheck::compact(list_, allocate, recycle, config_.compaction, [&](std::int64_t k, std::int64_t at, std::int64_t to) {
+  record(kvcheck::compaction_round(list_, allocate, recycle, config_.compaction, [&](std::int64_t k, std::int64_t at, std::int64_t to) {
     const auto i = static_cast<std::size_t>(k);
     HeadState& h = *heads[i];
     const PromptHeadPlan& plan = *plans[i];
@@ -320,7 +320,7 @@ void UnifiedPageManager::decode_step(std::span<const DecodeOp> ops) {
   for (std::size_t i = 0; i < ops.size(); ++i) {
     if (allocate[i] > 0) heads[i]->table.require_room(allocate[i]);
   }
-  record(kvcheck::compact(list_, allocate, recycle, config_.compaction, [&](std::int64_t k, std::int64_t at,
+  record(kvcheck::compaction_round(list_, allocate, recycle, config_.compaction, [&](std::int64_t k, std::int64_t at,
                                                                              std::int64_t to) {
     const auto i = static_cast<std::size_t>(k);
     HeadState& h = *heads[i];
@@ -416,7 +416,7 @@ void UnifiedPageManager::compact() {
                                   {h.live[1], h.table.count(kLowTier), tpp[1]}};
     recycle[static_cast<std::size_t>(k)] = plan_head(demand, /*convertible=*/false).recycle;
   });
-  record(kvcheck::compact(list_, none, recycle, config_.compaction, [&](std::int64_t k, std::int64_t, std::int64_t to) {
+  record(kvcheck::compaction_round(list_, none, recycle, config_.compaction, [&](std::int64_t k, std::int64_t, std::int64_t to) {
     HeadState& h = *heads[static_cast<std::size_t>(k)];
     std::int64_t written = 0;
     for (int tier : {kHighTier, kLowTier}) {
@@ -450,7 +450,7 @@ void UnifiedPageManager::release(std::int64_t request) {
   const std::vector<std::int64_t> none(r.heads.size(), 0);
   for (std::size_t k = 0; k < r.heads.size(); ++k) recycle[k] = r.heads[k].table.used();
   (void)n;
-  record(kvcheck::compact(list_, none, recycle, config_.compaction, [&](std::int64_t k, std::int64_t, std::int64_t to) {
+  record(kvcheck::compaction_round(list_, none, recycle, config_.compaction, [&](std::int64_t k, std::int64_t, std::int64_t to) {
     HeadState& h = r.heads[static_cast<std::size_t>(k)];
     std::int64_t written = 0;
     for (int tier : {kHighTier, kLowTier}) {

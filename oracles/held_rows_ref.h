@@ -17,7 +17,7 @@
 #include <span>
 #include <vector>
 
-#include "kernels/cpu/kv_bytes.h"
+#include "kernels/kv_format.h"
 
 namespace kvcheck {
 

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/kv_bytes.h"
+#include "kernels/kv_format.h"
 
 namespace kvcheck {
 

@@ -10,20 +10,6 @@
 
 namespace kvcheck {
 
-std::string kv_format_name(const KvFormat& format) {
-  switch (format.dtype) {
-    case KvDType::kFp32: return "fp32";
-    case KvDType::kFp16: return "fp16";
-    case KvDType::kFp8E4M3: return "fp8-e4m3";
-    case KvDType::kInt: return quant_spec_name(format.spec);
-  }
-  return "?";
-}
-
-std::string kv_tier_name(const KvTier& tier) {
-  return fmt::format("K {} / V {}", kv_format_name(tier.key), kv_format_name(tier.value));
-}
-
 FormatBytes format_bytes(const KvFormat& format, std::int64_t head_dim) {
   if (head_dim <= 0) throw input_error("KV format " + kv_format_name(format), "head_dim", "must be positive, got {}", head_dim);
   FormatBytes b;

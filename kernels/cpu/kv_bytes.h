@@ -1,29 +1,14 @@
-// Bytes accounting of KV formats and tiers, and the segment layout of a unified page
-// (docs/design.md §4 and §5): memory is compared in bytes, metadata included.
+// Bytes accounting of KV formats and tiers (the types are kernels/kv_format.h), and the segment
+// layout of a unified page (docs/design.md §4 and §5): memory is compared in bytes, metadata
+// included.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-#include "kernels/quant_format.h"
+#include "kernels/kv_format.h"
 
 namespace kvcheck {
-
-enum class KvDType { kFp32, kFp16, kFp8E4M3, kInt };
-
-// One stored format of keys or of values.
-struct KvFormat {
-  KvDType dtype = KvDType::kFp16;
-  QuantSpec spec;  // used when dtype is kInt
-};
-
-inline KvFormat fp32_format() { return {KvDType::kFp32, {}}; }
-inline KvFormat fp16_format() { return {KvDType::kFp16, {}}; }
-inline KvFormat fp8_e4m3_format() { return {KvDType::kFp8E4M3, {}}; }
-inline KvFormat int_format(const QuantSpec& spec) { return {KvDType::kInt, spec}; }
-
-// "fp16", "fp8-e4m3", "int4/token", ...
-std::string kv_format_name(const KvFormat& format);
 
 // Bytes of one format for one head.
 struct FormatBytes {
@@ -44,12 +29,6 @@ struct FormatBytes {
 // Validates the format for the head size (InputError, as validate(QuantSpec, head_dim)).
 FormatBytes format_bytes(const KvFormat& format, std::int64_t head_dim);
 
-// A precision tier: how keys and values of one token are stored (LeanKV's K8V4, K4V2, ...).
-struct KvTier {
-  KvFormat key;
-  KvFormat value;
-};
-std::string kv_tier_name(const KvTier& tier);
 
 // Key plus value bytes per token per head, metadata included (scores and positions excluded).
 double tier_bytes_per_token(const KvTier& tier, std::int64_t head_dim);

@@ -71,7 +71,7 @@ struct DecodeHeadOutput {
 void paged_decode_attention(const DecodeHeadInput& in, const DecodeHeadOutput& out);
 
 // The checks paged_decode_attention makes before reading a byte (the CUDA batch builder,
-// kernels/paged_attention_cuda_batch.h, makes them too); returns decode_slots(in).
+// kernels/paged_attention_cuda_adapter.h, makes them too); returns decode_slots(in).
 std::int64_t check_decode_head(const DecodeHeadInput& in, const DecodeHeadOutput& out);
 
 }  // namespace kvcheck

@@ -1,7 +1,7 @@
 // CUDA version of one parallel KV compaction round (kernels/compaction_cuda.h): CUB's exclusive
 // scan over the per-head counts, then CompactCopyKernel, one thread block per head, copying the
 // head's allocated ids out of the circular list and its recycled ids into it by its offsets.
-// Integer work only, so the results equal the CPU twin (kernels/cpu/compaction_ids.cpp) exactly.
+// Integer work only, so the results equal the CPU twin (kernels/cpu/compaction.cpp) exactly.
 #include <cuda_runtime.h>
 #include <cub/device/device_scan.cuh>
 
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/compaction_cuda.h"
+#include "kernels/cpu/compaction.h"
 #include "kernels/cuda/device_buffer.cuh"
 #include "kernels/device.h"
 

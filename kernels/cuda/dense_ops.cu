@@ -10,27 +10,25 @@
 #include <string>
 
 #include "kernels/cuda/device_buffer.cuh"
+#include "kernels/cuda/device_math.cuh"
 #include "kernels/dense_ops_cuda.h"
 
 namespace kvcheck {
 namespace {
 
+using cuda_detail::blocks_for;
 using cuda_detail::check;
 using cuda_detail::DeviceBuffer;
 using cuda_detail::require_device;
+using cuda_detail::warp_sum;
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr unsigned kFullMask = 0xFFFFFFFFu;
 
 void check_cublas(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS) {
     throw std::runtime_error(std::string("cuBLAS error in ") + what + ": status " + std::to_string(static_cast<int>(s)));
   }
-}
-
-unsigned blocks_for(std::int64_t items, std::int64_t per_block) {
-  return static_cast<unsigned>((items + per_block - 1) / per_block);
 }
 
 // Warp per (row, output): lanes stride the inputs, then a fixed butterfly sum.
@@ -43,7 +41,7 @@ __global__ void __launch_bounds__(kThreads) LinearRowsKernel(CudaMatrix m, const
   const float* wr = m.w + o * m.cols;
   float s = 0.0f;
   for (std::int64_t c = lane; c < m.cols; c += 32) s += wr[c] * xr[c];
-  for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(kFullMask, s, off);
+  s = warp_sum(s);
   if (lane == 0) y[r * m.rows + o] = m.bias != nullptr ? s + m.bias[o] : s;
 }
 
@@ -68,7 +66,7 @@ __global__ void __launch_bounds__(kThreads) RmsNormKernel(const float* x, std::i
   float* yr = out + static_cast<std::int64_t>(blockIdx.x) * width;
   double ss = 0.0;
   for (std::int64_t i = threadIdx.x; i < width; i += kThreads) ss += static_cast<double>(xr[i]) * xr[i];
-  for (int off = 16; off > 0; off /= 2) ss += __shfl_xor_sync(kFullMask, ss, off);
+  ss = warp_sum(ss);
   if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = ss;
   __syncthreads();
   double total = 0.0;

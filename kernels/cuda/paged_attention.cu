@@ -17,6 +17,7 @@
 #include <string>
 
 #include "kernels/cuda/device_buffer.cuh"
+#include "kernels/cuda/device_math.cuh"
 #include "kernels/paged_attention_cuda.h"
 #include "kernels/quant_math.h"
 
@@ -26,15 +27,16 @@ namespace {
 using cuda_detail::check;
 using cuda_detail::DeviceBuffer;
 using cuda_detail::require_device;
+using cuda_detail::warp_max;
+using cuda_detail::warp_sum;
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 constexpr int kPerLane = static_cast<int>(kCudaDecodeMaxHeadDim / 32);
 constexpr int kMaxGroup = static_cast<int>(kCudaDecodeMaxGroup);
-constexpr unsigned kFullMask = 0xFFFFFFFFu;
 
-// KvDType and Granularity as ints (kernels/cpu/kv_bytes.h, kernels/quant_format.h; the host side
-// of paged_attention_cuda_batch.cpp asserts the values).
+// KvDType and Granularity as ints (kernels/kv_format.h, kernels/quant_format.h; the host side
+// of paged_attention_cuda_adapter.cpp asserts the values).
 constexpr int kFp32 = 0, kFp16 = 1, kFp8 = 2, kInt = 3;
 constexpr int kPerToken = 0, kPerChannel = 1;  // else per token group
 constexpr std::int64_t kPairBytes = 4;          // fp16 scale, fp16 zero
@@ -93,18 +95,10 @@ __device__ __forceinline__ bool slot_live(const std::uint64_t* live, std::int64_
   return ((live[slot / 64] >> (slot % 64)) & 1u) != 0;
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(kFullMask, v, o);
-  return v;
-}
-
 // Every thread of the block calls it; returns the block's max (kMax) or sum to all of them.
 template <bool kMax>
 __device__ float block_reduce(float v, float* red) {
-  for (int o = 16; o > 0; o /= 2) {
-    const float other = __shfl_xor_sync(kFullMask, v, o);
-    v = kMax ? fmaxf(v, other) : v + other;
-  }
+  v = kMax ? warp_max(v) : warp_sum(v);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   __syncthreads();  // red is reused by consecutive reductions
   if (lane == 0) red[warp] = v;

@@ -7,29 +7,23 @@
 #include <string>
 
 #include "kernels/cuda/device_buffer.cuh"
+#include "kernels/cuda/device_math.cuh"
 #include "kernels/prefill_attention_cuda.h"
 
 namespace kvcheck {
 namespace {
 
+using cuda_detail::blocks_for;
 using cuda_detail::check;
 using cuda_detail::DeviceBuffer;
+using cuda_detail::kFullMask;
 using cuda_detail::require_device;
+using cuda_detail::warp_max;
+using cuda_detail::warp_sum;
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 constexpr int kPerLane = static_cast<int>(kCudaPrefillMaxHeadDim / 32);
-constexpr unsigned kFullMask = 0xFFFFFFFFu;
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(kFullMask, v, o);
-  return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, o));
-  return v;
-}
-
 __device__ __forceinline__ float dot(const float* a, const float* b, std::int64_t d) {
   float s = 0.0f;
   for (std::int64_t c = 0; c < d; ++c) s += a[c] * b[c];
@@ -95,10 +89,6 @@ __global__ void __launch_bounds__(kThreads) PrefillColumnSumsKernel(CudaPrefillA
   }
   if (a.column_sums != nullptr) a.column_sums[h * a.tokens + j] = column;
   if (a.window_sums != nullptr) a.window_sums[h * a.tokens + j] = in_window;
-}
-
-unsigned blocks_for(std::int64_t items, std::int64_t per_block) {
-  return static_cast<unsigned>((items + per_block - 1) / per_block);
 }
 
 }  // namespace

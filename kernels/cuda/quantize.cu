@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/cuda/device_buffer.cuh"
+#include "kernels/cuda/device_math.cuh"
 #include "kernels/device.h"
 #include "kernels/quant_errors.h"
 #include "kernels/quant_math.h"
@@ -186,7 +187,7 @@ __global__ void Fp8DecodeKernel(const std::uint8_t* codes, std::int64_t n, float
 }
 
 constexpr int kThreads = 256;
-unsigned int blocks_for(std::int64_t n) { return static_cast<unsigned int>((n + kThreads - 1) / kThreads); }
+unsigned int blocks_for(std::int64_t n) { return cuda_detail::blocks_for(n, kThreads); }
 
 Shape shape_of(const QuantSpec& spec, std::int64_t tokens, std::int64_t head_dim) {
   return Shape{static_cast<int>(spec.granularity), spec.bits, spec.group, tokens, head_dim};

@@ -135,5 +135,35 @@ TEST(ReportHtml, AxisTicksAreRoundNumbers) {
   EXPECT_EQ(html.find(">-0</text>"), std::string::npos);
 }
 
+// Each report colors its policy families from the palette's start in the order it meets them, so
+// a report's page does not depend on the reports drawn before it in the same process (a
+// process-wide map gave a later report's families the colors left over from earlier ones).
+TEST(ReportHtml, FamilyColorsStartAfreshForEachReport) {
+  const auto report = [](const std::vector<std::string>& policies) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const std::string& p : policies) {
+      rows.push_back({{"policy", p}, {"kv_bytes_vs_fp16", 0.5}, {"kl_mean", 1e-3}, {"retrieval_accuracy", 0.5},
+                      {"oracle_checks", 1}, {"oracle_violations", 0}, {"retrieval_accuracy_by_length", {{"128", 0.5}}}});
+    }
+    return nlohmann::json{{"format", "kvcheck-report"},
+                          {"version", 1},
+                          {"command", "kvcheck report"},
+                          {"model", {{"path", "m"}, {"hash", "0"}}},
+                          {"settings", {{"prompts", 1}, {"prompt_tokens", 8}, {"continuation_tokens", 4}, {"retrieval_items", 1}}},
+                          {"reference", {{"perplexity", 50.0}}},
+                          {"rows", rows}};
+  };
+  // The point's fill: the color attribute before its title.
+  const auto fill_of = [](const std::string& html, const std::string& policy) {
+    const std::size_t title = html.find("<title>" + policy + ":");
+    const std::size_t fill = html.rfind("fill=\"", title);
+    return title == std::string::npos || fill == std::string::npos ? std::string("?") : html.substr(fill + 6, 7);
+  };
+  const std::string first = report_html(report({"colortest-a:x=1", "colortest-c:x=1", "colortest-b:x=2"}));
+  EXPECT_EQ(fill_of(first, "colortest-b:x=2"), "#2ca02c");  // third family met: third color
+  const std::string later = report_html(report({"colortest-b:x=1"}));
+  EXPECT_EQ(fill_of(later, "colortest-b:x=1"), "#1f77b4");  // its report's only family: the first color
+}
+
 }  // namespace
 }  // namespace kvcheck::cli

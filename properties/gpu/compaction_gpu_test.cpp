@@ -1,5 +1,5 @@
 // The CUDA compaction round (CUB exclusive scan + id copy kernel) against the CPU twin
-// kernels/cpu/compaction_ids.h on random plans: identical offsets, allocated ids, list and free
+// kernels/cpu/compaction.h on random plans: identical offsets, allocated ids, list and free
 // run, including wraps at the pool end and exhausted plans. Skips visibly without CUDA or a device.
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "kernels/compaction_cuda.h"
-#include "kernels/cpu/compaction_ids.h"
+#include "kernels/cpu/compaction.h"
 #include "kernels/cpu/exclusive_scan.h"
 #include "kernels/device.h"
 #include "properties/support/gpu_skip.h"

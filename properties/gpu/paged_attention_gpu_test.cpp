@@ -15,7 +15,7 @@
 
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/paged_attention_cuda.h"
-#include "kernels/paged_attention_cuda_batch.h"
+#include "kernels/paged_attention_cuda_adapter.h"
 #include "properties/support/decode_cases.h"
 #include "properties/support/gpu_skip.h"
 #include "properties/support/property_check.h"

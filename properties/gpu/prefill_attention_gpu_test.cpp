@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/prefill_attention_cuda_call.h"
+#include "kernels/prefill_attention_cuda_adapter.h"
 #include "oracles/retained_attention.h"
 #include "properties/support/decode_cases.h"
 #include "properties/support/gpu_skip.h"

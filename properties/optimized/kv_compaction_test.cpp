@@ -43,7 +43,7 @@ struct Round {
     o.mode = mode;
     o.threads = 3;
     o.min_parallel = 1;
-    compact(list, alloc, recycle, o, [&](std::int64_t h, std::int64_t a, std::int64_t r) {
+    compaction_round(list, alloc, recycle, o, [&](std::int64_t h, std::int64_t a, std::int64_t r) {
       const auto k = static_cast<std::size_t>(h);
       for (std::int64_t i = 0; i < alloc[k]; ++i) got[k].push_back(list.id_at(a + i));
       for (std::size_t j = 0; j < freed[k].size(); ++j) list.put_at(r + static_cast<std::int64_t>(j), freed[k][j]);
@@ -71,7 +71,7 @@ TEST(KvCompaction, ExhaustionThrowsBeforeAnyHeadRuns) {
     CompactionOptions o;
     o.mode = mode;
     bool called = false;
-    EXPECT_THROW(compact(list, alloc, recycle, o, [&](std::int64_t, std::int64_t, std::int64_t) { called = true; }),
+    EXPECT_THROW(compaction_round(list, alloc, recycle, o, [&](std::int64_t, std::int64_t, std::int64_t) { called = true; }),
                  PoolExhausted);
     EXPECT_FALSE(called);
     EXPECT_EQ(list.free_count(), 3);

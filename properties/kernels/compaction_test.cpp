@@ -1,6 +1,6 @@
-// The exclusive prefix sum of compaction and the flat compaction round (CPU twins of the CUDA
-// versions): hand-computed cases, the wrap at the pool end, and the blocked parallel scan
-// against std::exclusive_scan for every thread count.
+// The flat compaction round and its exclusive prefix sum (kernels/cpu/compaction.h and
+// exclusive_scan.h, CPU twins of kernels/compaction_cuda.h): hand-computed cases, the wrap at the
+// pool end, and the blocked parallel scan against std::exclusive_scan for every thread count.
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/compaction_ids.h"
+#include "kernels/cpu/compaction.h"
 #include "kernels/cpu/exclusive_scan.h"
 
 namespace kvcheck {

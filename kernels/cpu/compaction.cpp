@@ -1,5 +1,5 @@
 // CPU twin of the flat compaction round.
-#include "kernels/cpu/compaction_ids.h"
+#include "kernels/cpu/compaction.h"
 
 #include <span>
 #include <stdexcept>

@@ -15,19 +15,9 @@
 
 #include <cstdint>
 
+#include "kernels/free_run.h"
+
 namespace kvcheck {
-
-struct FreeRun {
-  std::int64_t start = 0;
-  std::int64_t free_count = 0;
-};
-
-struct CompactIdsResult {
-  bool ok = false;               // false: the round needed more ids than were free; nothing changed
-  FreeRun run;                   // the free run after the round (the one before when !ok)
-  std::int64_t total_allocated = 0;
-  std::int64_t total_recycled = 0;
-};
 
 // list: [pool] (updated in place); alloc_counts, recycle_counts: [heads];
 // freed: the recycled ids, head after head ([sum recycle_counts]);

@@ -1,4 +1,4 @@
-// The CUDA decode batch builder (kernels/paged_attention_cuda_batch.h), on the host: every page's
+// The CUDA decode batch builder (kernels/paged_attention_cuda_adapter.h), on the host: every page's
 // bytes and live words land where its descriptor says, 16-byte aligned; heads, tiers, residuals,
 // queries, outputs and scratch get disjoint consecutive ranges; outputs scatter back to their
 // heads; a bad head is refused by index before anything is gathered. Needs no GPU.
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/paged_attention_cuda_batch.h"
+#include "kernels/paged_attention_cuda_adapter.h"
 #include "properties/support/decode_cases.h"
 #include "properties/support/property_check.h"
 #include "reference/errors.h"

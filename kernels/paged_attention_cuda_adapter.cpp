@@ -1,5 +1,5 @@
 // Gathering the CPU twin's per-head decode inputs into the CUDA kernel's flat batch.
-#include "kernels/paged_attention_cuda_batch.h"
+#include "kernels/paged_attention_cuda_adapter.h"
 
 #include <algorithm>
 #include <stdexcept>

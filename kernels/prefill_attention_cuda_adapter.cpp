@@ -1,5 +1,5 @@
 // The CPU twin's prefill call on the CUDA kernel (kernels/prefill_attention_cuda.h).
-#include "kernels/prefill_attention_cuda_call.h"
+#include "kernels/prefill_attention_cuda_adapter.h"
 
 #include "kernels/prefill_attention_cuda.h"
 

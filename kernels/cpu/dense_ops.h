@@ -1,5 +1,10 @@
-// Batched dense projection for the decode step: y[r] = W x[r] (+ b) for a batch of rows, with a
-// reduction order that depends on nothing but the row itself.
+// The model runner's dense operations on the CPU, twins of kernels/cuda/dense_ops.cu
+// (kernels/dense_ops_cuda.h) with the same arguments: the decode projection linear_rows, the
+// prompt projection linear_gemm, RMSNorm, RoPE and SwiGLU. optimized/cpu_backend.h splits them
+// into tasks for its thread pool and forwards; nothing here depends on how they are split.
+//
+// linear_rows: y[r] = W x[r] (+ b) for a batch of rows, with a reduction order that depends on
+// nothing but the row itself.
 //
 // Every output element equals row_ops::dot(W[o], x[r], in) (+ bias[o]) bit for bit: eight lane
 // sums over k = l, l + 8, ... in increasing k, combined as ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)),
@@ -46,8 +51,31 @@ struct LinearRowsArgs {
   WeightDType w_dtype = WeightDType::kF32;  // last, so that positional initializers stay valid
 };
 
+// The arguments for a packed W [out][in] of w_dtype, x [rows][in] and y [rows][out], every output.
+LinearRowsArgs packed_linear_args(const void* w, WeightDType w_dtype, std::int64_t in, std::int64_t out,
+                                  const float* bias, const float* x, float* y, std::int64_t rows);
+
 void linear_rows(const LinearRowsArgs& a);
 // The same with a chosen ISA (tests compare the two); std::invalid_argument if unavailable.
 void linear_rows(const LinearRowsArgs& a, LinearIsa isa);
+
+// The same outputs [out_begin, out_end) of every row through Eigen's blocked GEMM (fp32 operands
+// and accumulation), for the rows of one prompt: W's rows are widened to float (exact) and
+// multiplied as a float32 copy of W would be. W and x must be packed (w_stride == x_stride == in;
+// std::invalid_argument otherwise). The rounding
+// depends on the row count, so the runner uses it on whole prompts only (optimized/backend.h).
+void linear_gemm(const LinearRowsArgs& a);
+
+// out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight for x, out: [rows][width], weight: [width];
+// the mean square in double, one pass, in index order.
+void rmsnorm(const float* x, std::int64_t rows, std::int64_t width, const float* weight, double eps, float* out);
+
+// Rotate-half RoPE in place: x [rows][heads][head_dim], row r at positions[r], with the cos / sin
+// tables [table_rows][head_dim / 2]. std::invalid_argument for a position outside the table.
+void rope(float* x, std::int64_t rows, std::int64_t heads, std::int64_t head_dim, const std::int32_t* positions,
+          const float* cos_table, const float* sin_table, std::int64_t table_rows);
+
+// gate[i] = silu(gate[i]) * up[i] = gate[i] / (1 + exp(-gate[i])) * up[i], i < n.
+void swiglu(float* gate, const float* up, std::int64_t n);
 
 }  // namespace kvcheck

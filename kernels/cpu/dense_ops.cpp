@@ -1,0 +1,188 @@
+#include "kernels/cpu/dense_ops.h"
+
+#include <Eigen/Core>
+
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define KVCHECK_LINEAR_AVX2 1
+#include <immintrin.h>
+#endif
+
+// Lanes values only cross always-inline functions, so the AVX argument-passing ABI note is moot.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+namespace kvcheck {
+namespace {
+
+// Eight floats; on a baseline x86-64 target GCC lowers each operation to two SSE instructions,
+// under target("avx2") to one. Lane l only ever meets lane l, so both give the same bits.
+typedef float Lanes __attribute__((vector_size(32)));
+// Eight bf16 / f16 bit patterns, and the same widened to 32 bits (bf16 widening).
+typedef std::uint16_t U16Lanes __attribute__((vector_size(16)));
+typedef std::uint32_t U32Lanes __attribute__((vector_size(32)));
+
+#define KVCHECK_ALWAYS_INLINE inline __attribute__((always_inline))
+
+// The kernel body twice: the templates must be compiled under the target they run on (an
+// always-inline F16C intrinsic cannot be inlined into a function without F16C), so each build
+// gets its own copy of them.
+namespace portable {
+#include "kernels/cpu/dense_ops_linear_rows.inc"
+}  // namespace portable
+
+#if defined(KVCHECK_LINEAR_AVX2)
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,f16c"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,f16c")
+#endif
+namespace avx2 {
+#define KVCHECK_LINEAR_F16C 1
+#include "kernels/cpu/dense_ops_linear_rows.inc"
+#undef KVCHECK_LINEAR_F16C
+}  // namespace avx2
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#endif
+
+void check(const LinearRowsArgs& a) {
+  if (a.rows < 0 || a.in < 0 || a.out_begin < 0 || a.out_end < a.out_begin || a.w_stride < a.in ||
+      a.x_stride < a.in || a.y_stride < a.out_end || (a.rows > 0 && a.out_end > a.out_begin &&
+                                                        (a.w == nullptr || a.x == nullptr || a.y == nullptr))) {
+    throw std::invalid_argument("linear_rows: inconsistent shapes or strides");
+  }
+  if (a.w_dtype != WeightDType::kF32 && a.w_dtype != WeightDType::kF16 && a.w_dtype != WeightDType::kBF16) {
+    throw std::invalid_argument("linear_rows: unknown weight dtype");
+  }
+}
+
+}  // namespace
+
+bool linear_isa_available(LinearIsa isa) {
+  if (isa == LinearIsa::kPortable) return true;
+#if defined(KVCHECK_LINEAR_AVX2)
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+#else
+  return false;
+#endif
+}
+
+LinearIsa linear_rows_isa() {
+  static const LinearIsa isa = linear_isa_available(LinearIsa::kAvx2) ? LinearIsa::kAvx2 : LinearIsa::kPortable;
+  return isa;
+}
+
+const char* linear_isa_name(LinearIsa isa) { return isa == LinearIsa::kAvx2 ? "avx2" : "portable"; }
+
+void linear_rows(const LinearRowsArgs& a, LinearIsa isa) {
+  check(a);
+  if (!linear_isa_available(isa)) {
+    throw std::invalid_argument(std::string("linear_rows: ISA ") + linear_isa_name(isa) + " is not available on this CPU");
+  }
+#if defined(KVCHECK_LINEAR_AVX2)
+  if (isa == LinearIsa::kAvx2) {
+    avx2::run(a);
+    return;
+  }
+#endif
+  portable::run(a);
+}
+
+void linear_rows(const LinearRowsArgs& a) { linear_rows(a, linear_rows_isa()); }
+
+LinearRowsArgs packed_linear_args(const void* w, WeightDType w_dtype, std::int64_t in, std::int64_t out,
+                                  const float* bias, const float* x, float* y, std::int64_t rows) {
+  LinearRowsArgs a;
+  a.w = w;
+  a.w_dtype = w_dtype;
+  a.w_stride = in;
+  a.in = in;
+  a.bias = bias;
+  a.x = x;
+  a.x_stride = in;
+  a.y = y;
+  a.y_stride = out;
+  a.rows = rows;
+  a.out_begin = 0;
+  a.out_end = out;
+  return a;
+}
+
+void linear_gemm(const LinearRowsArgs& a) {
+  check(a);
+  if (a.x_stride != a.in || a.w_stride != a.in) {
+    throw std::invalid_argument("linear_gemm: W and x must be packed (w_stride == x_stride == in)");
+  }
+  using Rows = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  const std::int64_t n = a.out_end - a.out_begin;
+  if (a.rows == 0 || n == 0) return;
+  Eigen::Map<const Rows> xm(a.x, a.rows, a.in);
+  Eigen::Map<Rows> ym(a.y, a.rows, a.y_stride);
+  // W's rows widened to float (exact) into an aligned buffer, then the GEMM a float32 copy of W
+  // got: the same expression type (a row block of a float matrix), strides and alignment, so the
+  // same blocking and the same bits.
+  thread_local Rows wf;
+  wf.resize(n, a.in);
+  widen_row(static_cast<const std::byte*>(a.w) + a.out_begin * a.w_stride * weight_dtype_size(a.w_dtype), a.w_dtype,
+            n * a.in, wf.data());
+  ym.middleCols(a.out_begin, n).noalias() = xm * wf.topRows(n).transpose();
+  if (a.bias != nullptr) {
+    for (std::int64_t r = 0; r < a.rows; ++r) {
+      for (std::int64_t i = 0; i < n; ++i) ym(r, a.out_begin + i) += a.bias[a.out_begin + i];
+    }
+  }
+}
+
+void rmsnorm(const float* x, std::int64_t rows, std::int64_t width, const float* weight, double eps, float* out) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    // The mean square in double: one pass, deterministic per row, as exact as it is cheap.
+    double ss = 0.0;
+    for (std::int64_t i = 0; i < width; ++i) {
+      const double v = x[r * width + i];
+      ss += v * v;
+    }
+    const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(width) + eps));
+    for (std::int64_t i = 0; i < width; ++i) out[r * width + i] = x[r * width + i] * inv * weight[i];
+  }
+}
+
+void rope(float* x, std::int64_t rows, std::int64_t heads, std::int64_t head_dim, const std::int32_t* positions,
+          const float* cos_table, const float* sin_table, std::int64_t table_rows) {
+  const std::int64_t half = head_dim / 2;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t p = positions[r];
+    if (p < 0 || p >= table_rows) {
+      throw std::invalid_argument("rope: position " + std::to_string(p) + " outside the table of " +
+                                  std::to_string(table_rows));
+    }
+    const float* c = cos_table + p * half;
+    const float* s = sin_table + p * half;
+    for (std::int64_t hd = 0; hd < heads; ++hd) {
+      float* v = x + (r * heads + hd) * head_dim;
+      for (std::int64_t i = 0; i < half; ++i) {
+        const float a = v[i];
+        const float b = v[i + half];
+        v[i] = a * c[i] - b * s[i];
+        v[i + half] = b * c[i] + a * s[i];
+      }
+    }
+  }
+}
+
+void swiglu(float* gate, const float* up, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+}  // namespace kvcheck
