@@ -97,7 +97,9 @@ def enumerate_mutants(root):
         with open(os.path.join(root, rel), encoding="utf-8") as f:
             lines = f.read().split("\n")
         in_block_comment = False
+        copies = {}  # identical lines of a file get distinct ids: the k-th copy hashes k in
         for no, line in enumerate(lines, 1):
+            copy = copies[line.strip()] = copies.get(line.strip(), -1) + 1
             s = line.strip()
             if in_block_comment or s.startswith("/*"):
                 in_block_comment = "*/" not in s
@@ -113,11 +115,11 @@ def enumerate_mutants(root):
                     new = line[:m.start()] + m.expand(rep) if isinstance(rep, str) else line[:m.start()] + rep(m)
                     new += line[m.end():]
                     k = seen[name] = seen.get(name, -1) + 1
-                    mutants.append({"id": mutant_id(rel, line, name, k), "file": rel, "line": no, "rule": name,
+                    mutants.append({"id": mutant_id(rel, line, name, f"{k}.{copy}" if copy else k), "file": rel, "line": no, "rule": name,
                                     "original": line, "mutated": new})
             d = DROP.match(line)
             if d and not s.startswith(("return", "case", "else", "if", "for", "while")) and len(spans) == 1:
-                mutants.append({"id": mutant_id(rel, line, "drop", 0), "file": rel, "line": no, "rule": "drop",
+                mutants.append({"id": mutant_id(rel, line, "drop", f"0.{copy}" if copy else 0), "file": rel, "line": no, "rule": "drop",
                                 "original": line, "mutated": d.group(1) + ";  // dropped"})
     return mutants
 
@@ -236,8 +238,9 @@ def main():
         lines = text.split("\n")
         r = {k: m[k] for k in ("id", "file", "line", "rule")}
         r["diff"] = diff_of(m)
-        r["reproduce"] = f"ci/mutate.sh --only {m['id']}" + (f" --mutants {a.mutants}" if a.mutants else
-                                                              f" --seed {a.seed} --count {a.count}")
+        r["reproduce"] = (f"ci/mutate.sh --only {m['id']}" +
+                          (f" --mutants {a.mutants}" if a.mutants else f" --seed {a.seed} --count {a.count}") +
+                          (f" --ctest-args '{a.ctest_args}'" if a.ctest_args != ap.get_default("ctest_args") else ""))
         if m.get("why"):
             r["why"] = m["why"]
         start = time.time()
