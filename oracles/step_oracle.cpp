@@ -103,7 +103,12 @@ DecodeStepCheck check_decode_step(const DecodeStepInputs& in) {
     double pruned = 1.0;
     for (std::int64_t i = 0; i < h; ++i) pruned -= probs[static_cast<std::size_t>(in.held[static_cast<std::size_t>(i)])];
     pruned = std::max(pruned, 0.0);
-    const double quant = std::expm1(2 * delta) * vhat_max + dv_max;
+    // Logits moved by at most δ move the held distribution by at most tanh(δ/2) in total
+    // variation (the worst: +δ on a set of mass 1/(1 + e^δ), -δ on the rest), and the output by
+    // at most that times the spread of the values, 2·max|v̂|. DESIGN.md's ‖p̂ - p‖₁·max|v̂| with
+    // ‖p̂ - p‖₁ <= e^{2δ} - 1 is twice this or more; the tight form is what a tightness property
+    // (StepOracleTightnessProps.LogitChangeTermIsReached) can hold to within 10%.
+    const double quant = 2.0 * std::tanh(delta / 2.0) * vhat_max + dv_max;
     const double prune = 2.0 * pruned * vmax;
     r.held_tolerance = std::max(r.held_tolerance, tol);
     r.delta = std::max(r.delta, delta);

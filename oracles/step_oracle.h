@@ -5,7 +5,7 @@
 //          policy claims to hold, dequantized as their format stores them, within the rounding
 //          of the engine's float arithmetic (a bound derived from the inputs, below);
 //   full   its distance from exact attention over every token of the context, with exact keys
-//          and values, must stay within the analytic bound: quantization (e^{2δ} - 1)·max|v̂| +
+//          and values, must stay within the analytic bound: quantization 2·tanh(δ/2)·max|v̂| +
 //          max|v - v̂| (δ the largest logit change the dequantized keys cause) plus pruning
 //          2·m·max|v| (m the attention mass, under exact attention, of the tokens not held),
 //          plus the same float rounding.

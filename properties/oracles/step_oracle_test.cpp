@@ -66,7 +66,7 @@ TEST(StepOracle, QuantizationBoundUsesTheLogitChangeAndTheValueError) {
   const DecodeStepCheck r = check_decode_step(one_dim(q, {out}, k, v, all, hk, hv));
   EXPECT_TRUE(r.ok()) << r.describe();
   EXPECT_NEAR(r.delta, 0.25, 1e-12);
-  EXPECT_NEAR(r.quant_bound, std::expm1(0.5) * 1.0 + 0.5, 1e-12);
+  EXPECT_NEAR(r.quant_bound, 2.0 * std::tanh(0.125) * 1.0 + 0.5, 1e-12);
   EXPECT_LE(r.full_error, r.quant_bound);
 }
 

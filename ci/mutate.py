@@ -1,0 +1,296 @@
+#!/usr/bin/env python3
+"""Mutation campaign over kvcheck's CPU code (see ci/mutate.sh for the job and the README's
+"Mutation testing" section for how to read the summary).
+
+Mutants are single-site operator edits, found by the patterns in RULES over the files of FOLDERS
+(comment and string text left alone), sampled with a seed, or listed explicitly in a JSONL file
+({"id", "file", "find", "replace", "why"}: the first occurrence of `find`, which must be unique).
+Each mutant is written into a scratch copy of the tree, built incrementally, and run against the
+gate's ctest suites with --stop-on-failure and a timeout; then the file is restored. Outcomes:
+killed (a test failed), timed_out, survived, did_not_compile (the build failed: the compiler
+caught it), equivalent (listed in datasets/mutation/equivalent.txt with a one-line argument).
+"""
+import argparse
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+FOLDERS = ["kernels/cpu", "optimized", "oracles", "cli/report_", "reference/safetensors", "reference/config",
+           "reference/npy", "reference/weights", "reference/tokenizer", "reference/sentencepiece_tokenizer"]
+# Code the CPU gate does not run (without a GPU its tests skip), or that only times or traces.
+EXCLUDE = ["optimized/cuda_backend", "optimized/nvtx_range.h", "kernels/cpu/no_cuda.cc"]
+
+# (name, pattern, replacement): one regex match in a line is one mutant. The patterns ask for
+# spaces around binary operators (the project's style), which keeps templates and pointers out.
+RULES = [
+    ("lt->le", r"(?<=\s)<(?=\s)", "<="),
+    ("le->lt", r"(?<=\s)<=(?=\s)", "<"),
+    ("gt->ge", r"(?<=\s)>(?=\s)", ">="),
+    ("ge->gt", r"(?<=\s)>=(?=\s)", ">"),
+    ("eq->ne", r"(?<=\s)==(?=\s)", "!="),
+    ("ne->eq", r"(?<=\s)!=(?=\s)", "=="),
+    ("plus->minus", r"(?<=\s)\+(?=\s)", "-"),
+    ("minus->plus", r"(?<=\s)-(?=\s)", "+"),
+    ("and->or", r"(?<=\s)&&(?=\s)", "||"),
+    ("or->and", r"(?<=\s)\|\|(?=\s)", "&&"),
+    ("const+1", r"(?<![\w.])(\d+)(?![\w.'])", lambda m: str(int(m.group(1)) + 1)),
+    ("const-1", r"(?<![\w.])([1-9]\d*)(?![\w.'])", lambda m: str(int(m.group(1)) - 1)),
+    ("index+1", r"\[([a-z_]\w*)\]", r"[\1 + 1]"),
+    ("max->min", r"std::max\(", "std::min("),
+    ("min->max", r"std::min\(", "std::max("),
+    ("swap-args", r"\(([a-z_][\w.]*), ([a-z_][\w.]*)\)", r"(\2, \1)"),
+    ("true->false", r"\btrue\b", "false"),
+    ("false->true", r"\bfalse\b", "true"),
+]
+# Dropped statements: an assignment or a call that is a whole line.
+DROP = re.compile(r"^(\s*)((?:[\w.\[\]]|->)+ (?:[-+*/|&]?=) .*;|(?:[\w.:\[\]]|->)+\(.*\);)\s*$")
+
+
+def code_spans(line):
+    """The parts of a line outside string/char literals and a trailing // comment."""
+    spans, start, i, quote = [], 0, 0, None
+    while i < len(line):
+        c = line[i]
+        if quote:
+            if c == "\\":
+                i += 1
+            elif c == quote:
+                quote, start = None, i + 1
+        elif c in "\"'" and not (c == "'" and i > 0 and line[i - 1].isalnum()):  # 1'000 digit separators
+            spans.append((start, i))
+            quote = c
+        elif line.startswith("//", i):
+            spans.append((start, i))
+            return spans
+        i += 1
+    if not quote:
+        spans.append((start, len(line)))
+    return spans
+
+
+def sources(root):
+    out = []
+    for dirpath, _, names in os.walk(root):
+        for n in names:
+            rel = os.path.relpath(os.path.join(dirpath, n), root)
+            if not n.endswith((".cpp", ".h", ".inc")) or not any(rel.startswith(f) for f in FOLDERS):
+                continue
+            if any(rel.startswith(e) for e in EXCLUDE) or rel.startswith(("build", "properties/")):
+                continue
+            out.append(rel)
+    return sorted(out)
+
+
+def mutant_id(rel, original, rule, occurrence):
+    return hashlib.sha1(f"{rel}\0{original.strip()}\0{rule}\0{occurrence}".encode()).hexdigest()[:12]
+
+
+def enumerate_mutants(root):
+    mutants = []
+    for rel in sources(root):
+        with open(os.path.join(root, rel), encoding="utf-8") as f:
+            lines = f.read().split("\n")
+        in_block_comment = False
+        copies = {}  # identical lines of a file get distinct ids: the k-th copy hashes k in
+        for no, line in enumerate(lines, 1):
+            copy = copies[line.strip()] = copies.get(line.strip(), -1) + 1
+            s = line.strip()
+            if in_block_comment or s.startswith("/*"):
+                in_block_comment = "*/" not in s
+                continue
+            if not s or s.startswith(("//", "#")) or "static_assert" in s:
+                continue
+            spans = code_spans(line)
+            seen = {}
+            for name, pat, rep in RULES:
+                for m in re.finditer(pat, line):
+                    if not any(a <= m.start() and m.end() <= b for a, b in spans):
+                        continue
+                    new = line[:m.start()] + m.expand(rep) if isinstance(rep, str) else line[:m.start()] + rep(m)
+                    new += line[m.end():]
+                    k = seen[name] = seen.get(name, -1) + 1
+                    mutants.append({"id": mutant_id(rel, line, name, f"{k}.{copy}" if copy else k), "file": rel, "line": no, "rule": name,
+                                    "original": line, "mutated": new})
+            d = DROP.match(line)
+            if d and not s.startswith(("return", "case", "else", "if", "for", "while")) and len(spans) == 1:
+                mutants.append({"id": mutant_id(rel, line, "drop", f"0.{copy}" if copy else 0), "file": rel, "line": no, "rule": "drop",
+                                "original": line, "mutated": d.group(1) + ";  // dropped"})
+    return mutants
+
+
+def listed_mutants(root, path):
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for n, raw in enumerate(f, 1):
+            if not raw.strip() or raw.lstrip().startswith("#"):
+                continue
+            m = json.loads(raw)
+            with open(os.path.join(root, m["file"]), encoding="utf-8") as g:
+                lines = g.read().split("\n")
+            hits = [i for i, l in enumerate(lines) if m["find"] in l]
+            if len(hits) != 1:
+                sys.exit(f"{path}:{n}: 'find' of {m['id']} occurs on {len(hits)} lines of {m['file']} (needs exactly 1)")
+            line = lines[hits[0]]
+            out.append({"id": m["id"], "file": m["file"], "line": hits[0] + 1, "rule": "listed", "why": m.get("why", ""),
+                        "original": line, "mutated": line.replace(m["find"], m["replace"], 1)})
+    return out
+
+
+def equivalents(path):
+    eq = {}
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.strip() and not line.startswith("#"):
+                    mid, _, why = line.strip().partition(" ")
+                    eq[mid] = why.strip()
+    return eq
+
+
+def run(cmd, cwd, timeout=None):
+    try:
+        p = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+        return p.returncode, p.stdout
+    except subprocess.TimeoutExpired as e:
+        return None, (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+
+
+def diff_of(m):
+    return f"--- a/{m['file']}\n+++ b/{m['file']}\n@@ -{m['line']} +{m['line']} @@\n-{m['original']}\n+{m['mutated']}\n"
+
+
+def failed_tests(out):
+    tail = out.split("The following tests FAILED:")
+    return [l.strip() for l in tail[1].strip().split("\n") if l.strip()] if len(tail) > 1 else []
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--count", type=int, default=150)
+    ap.add_argument("--shard", type=int, default=0)
+    ap.add_argument("--shards", type=int, default=1)
+    ap.add_argument("--mutants", help="JSONL of listed mutants instead of sampled ones")
+    ap.add_argument("--only", help="comma-separated mutant ids (reproduce)")
+    ap.add_argument("--list", action="store_true", help="print the selected mutants and exit")
+    ap.add_argument("--work", default="build-mutate")
+    ap.add_argument("--out", default="mutate-out")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count())
+    ap.add_argument("--timeout", type=int, default=1800, help="seconds for one mutant's test run")
+    ap.add_argument("--ctest-args", default="-LE gpu|slow", help="which tests form the gate (ctest arguments)")
+    ap.add_argument("--build-targets", default="", help="comma-separated targets a mutant rebuilds (default: all)")
+    a = ap.parse_args()
+    root = os.getcwd()
+    pool = listed_mutants(root, a.mutants) if a.mutants else enumerate_mutants(root)
+    if a.only:
+        want = set(a.only.split(","))
+        chosen = [m for m in pool if m["id"] in want]
+    elif a.mutants:
+        chosen = pool
+    else:
+        chosen = random.Random(a.seed).sample(pool, min(a.count, len(pool)))
+    chosen = chosen[a.shard::a.shards]
+    if a.list:
+        for m in chosen:
+            print(f"{m['id']}  {m['file']}:{m['line']}  {m['rule']}\n    - {m['original'].strip()}\n    + {m['mutated'].strip()}")
+        print(f"{len(chosen)} of {len(pool)} candidate mutants")
+        return 0
+    eq = equivalents(os.path.join(root, "datasets/mutation/equivalent.txt"))
+
+    # The scratch copy: the tracked and untracked-not-ignored files, built once; a mutant then
+    # rebuilds what depends on its file. Same layout as the tree (build/ inside), so ccache hits.
+    src = os.path.abspath(os.path.join(a.work, "src"))
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=root,
+                           stdout=subprocess.PIPE, check=True).stdout.decode().split("\0")
+    for rel in filter(None, files):
+        if os.path.isfile(os.path.join(root, rel)):
+            dst = os.path.join(src, rel)
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            if not os.path.exists(dst) or open(dst, "rb").read() != open(os.path.join(root, rel), "rb").read():
+                shutil.copy2(os.path.join(root, rel), dst)
+    build = os.path.join(src, "build")
+    cfg = ["cmake", "-S", src, "-B", build, "-DCMAKE_BUILD_TYPE=Release"]
+    if shutil.which("ccache"):
+        cfg += ["-DCMAKE_CXX_COMPILER_LAUNCHER=ccache", "-DCMAKE_CUDA_COMPILER_LAUNCHER=ccache"]
+    t0 = time.time()
+    for cmd in (cfg, ["cmake", "--build", build, "-j", str(a.jobs)]):
+        rc, out = run(cmd, src)
+        if rc != 0:
+            sys.exit(f"ci/mutate.sh: the unmutated scratch tree does not build:\n{out[-4000:]}")
+    build_cmd = ["cmake", "--build", build, "-j", str(a.jobs)]
+    if a.build_targets:
+        build_cmd += ["--target", *a.build_targets.split(",")]
+    ctest = ["ctest", "--test-dir", build, "--stop-on-failure", "--timeout", "600", "-j", str(a.jobs)] + a.ctest_args.split()
+    print(f"ci/mutate.sh: scratch tree built in {time.time() - t0:.0f} s; {len(chosen)} mutants", flush=True)
+
+    os.makedirs(a.out, exist_ok=True)
+    results = []
+    for i, m in enumerate(chosen):
+        path = os.path.join(src, m["file"])
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        lines = text.split("\n")
+        r = {k: m[k] for k in ("id", "file", "line", "rule")}
+        r["diff"] = diff_of(m)
+        r["reproduce"] = (f"ci/mutate.sh --only {m['id']}" +
+                          (f" --mutants {a.mutants}" if a.mutants else f" --seed {a.seed} --count {a.count}") +
+                          (f" --ctest-args '{a.ctest_args}'" if a.ctest_args != ap.get_default("ctest_args") else ""))
+        if m.get("why"):
+            r["why"] = m["why"]
+        start = time.time()
+        try:
+            if lines[m["line"] - 1] != m["original"]:
+                r["outcome"] = "stale"
+            else:
+                lines[m["line"] - 1] = m["mutated"]
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write("\n".join(lines))
+                rc, out = run(build_cmd, src)
+                if rc != 0:
+                    r["outcome"] = "did_not_compile"
+                else:
+                    rc, out = run(ctest, src, timeout=a.timeout)
+                    failed = failed_tests(out) if rc else []
+                    r["failed_tests"] = failed
+                    if rc is None or (failed and all("Timeout" in t for t in failed)):
+                        r["outcome"] = "timed_out"
+                    elif rc != 0:
+                        r["outcome"] = "killed"
+                    else:
+                        r["outcome"] = "equivalent" if m["id"] in eq else "survived"
+                    if m["id"] in eq:
+                        r["equivalent_because"] = eq[m["id"]]
+        finally:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+        r["seconds"] = round(time.time() - start, 1)
+        results.append(r)
+        print(f"[{i + 1}/{len(chosen)}] {r['outcome']:<15} {m['id']} {m['file']}:{m['line']} {m['rule']} "
+              f"({r['seconds']} s) {' '.join(r.get('failed_tests', [])[:1])}", flush=True)
+    # Put the scratch build back to the unmutated tree for the next run.
+    run(build_cmd, src)
+
+    counts = {k: sum(r["outcome"] == k for r in results)
+              for k in ("killed", "survived", "timed_out", "did_not_compile", "equivalent", "stale")}
+    live = counts["killed"] + counts["survived"] + counts["timed_out"]
+    summary = {"format": "kvcheck-mutation-summary", "version": 1, "seed": a.seed, "shard": a.shard,
+               "shards": a.shards, "mutants_file": a.mutants, "ctest": " ".join(ctest), "tried": len(results),
+               **counts, "kill_rate": (counts["killed"] + counts["timed_out"]) / live if live else None,
+               "wall_s": round(time.time() - t0, 1),
+               "survivors": [r for r in results if r["outcome"] == "survived"], "mutants": results}
+    name = os.path.join(a.out, f"summary-shard{a.shard}.json")
+    with open(name, "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=1)
+    print(f"ci/mutate.sh: {json.dumps({k: summary[k] for k in ('tried', *counts, 'kill_rate', 'wall_s')})}\n"
+          f"summary: {name}")
+    return 1 if counts["survived"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
