@@ -61,19 +61,7 @@ int run_report(const ReportArgs& args) {
   check_eval_files(args.heldout_file, args.retrieval_file);  // a malformed line is reported before any model work
   const std::filesystem::path dir = report_model_dir(args.model);
   // Every configuration checked before anything runs (InputError naming a bad policy).
-  struct Config {
-    std::string spec;
-    std::int64_t budget;
-  };
-  std::vector<Config> configs;
-  for (const std::string& name : args.policies.empty() ? policy_names() : args.policies) {
-    make_policy(name);
-    if (!policy_spec_at_budget(name, 1)) {
-      configs.push_back({name, 0});
-      continue;
-    }
-    for (const std::int64_t b : mode.budgets) configs.push_back({*policy_spec_at_budget(name, b), b});
-  }
+  const std::vector<PolicyConfig> configs = report_configs(args.policies.empty() ? policy_names() : args.policies, mode.budgets);
   const std::optional<ReportBaseline> baseline =
       args.baseline.empty() || args.update_baseline ? std::nullopt : std::optional(load_report_baseline(args.baseline));
 
@@ -133,7 +121,7 @@ int run_report(const ReportArgs& args) {
   // same decisions (H2O's), so the same accuracy; what differs is how the pages fill, shown as
   // fragmentation over the decode steps.
   nlohmann::json spvllm = nullptr;
-  const bool has_spvllm = std::any_of(configs.begin(), configs.end(), [](const Config& c) { return c.spec.starts_with("spvllm"); });
+  const bool has_spvllm = std::any_of(configs.begin(), configs.end(), [](const PolicyConfig& c) { return c.spec.starts_with("spvllm"); });
   if (has_spvllm) {
     const std::int64_t budget = mode.budgets[mode.budgets.size() / 2];
     VerifyArgs blocks = run;

@@ -9,6 +9,7 @@
 #include "cli/json_file.h"
 #include "cli/report_html.h"
 #include "cli/report_reference_cache.h"
+#include "optimized/kv_policy.h"
 #include "reference/errors.h"
 
 namespace kvcheck::cli {
@@ -37,6 +38,19 @@ ReportMode report_mode(const ReportArgs& a) {
   if (a.oracle_prompts != kUnset) m.oracle_prompts = a.oracle_prompts;
   if (!a.budgets.empty()) m.budgets = a.budgets;
   return m;
+}
+
+std::vector<PolicyConfig> report_configs(const std::vector<std::string>& policies, const std::vector<std::int64_t>& budgets) {
+  std::vector<PolicyConfig> configs;
+  for (const std::string& name : policies) {
+    make_policy(name);
+    if (!policy_spec_at_budget(name, 1)) {
+      configs.push_back({name, 0});
+      continue;
+    }
+    for (const std::int64_t b : budgets) configs.push_back({*policy_spec_at_budget(name, b), b});
+  }
+  return configs;
 }
 
 std::filesystem::path report_model_dir(const std::string& model) {

@@ -27,6 +27,15 @@ struct ReportMode {
 };
 ReportMode report_mode(const ReportArgs& args);
 
+// A policy at a budget (0: a policy without one), every configuration of a run.
+struct PolicyConfig {
+  std::string spec;
+  std::int64_t budget;
+};
+// Each policy name at each budget (a policy without a budget once); InputError naming a bad policy
+// before anything runs.
+std::vector<PolicyConfig> report_configs(const std::vector<std::string>& policies, const std::vector<std::int64_t>& budgets);
+
 // --model, or the embedded model when it is empty.
 std::filesystem::path report_model_dir(const std::string& model);
 
