@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -266,6 +267,26 @@ TEST_F(CompareCli, ExportHoldsTheReportsWindowsAndItems) {
   const json settings = json::parse(testing::read_file(path("report/report.json"))).at("settings");
   for (const char* key : {"model_hash", "heldout_hash", "retrieval_hash"}) EXPECT_EQ(header.at(key), settings.at(key)) << key;
   EXPECT_EQ(header.at("settings").at("retrieval_items"), settings.at("retrieval_items"));
+}
+
+// A float16 .npy (what torch's half logits save as) reads as the same values; the top-k parser
+// refuses probabilities that sum above 1 + 1e-3, naming file, item and position.
+TEST(EngineOutputParsers, Float16NpyAndTopkNormalisation) {
+  const testing::TempDir dir;
+  std::string header = "{'descr': '<f2', 'fortran_order': False, 'shape': (2, 2), }";
+  header.append(64 - (10 + header.size() + 1) % 64, ' ');
+  header.push_back('\n');
+  std::string bytes = std::string("\x93NUMPY\x01\x00", 8) + static_cast<char>(header.size()) + '\0' + header;
+  for (const unsigned h : {0x3C00u, 0xC000u, 0x3800u, 0x4400u}) bytes += std::string{static_cast<char>(h & 0xffu), static_cast<char>(h >> 8)};
+  testing::write_file(dir / "half.npy", bytes);
+  const cli::LogitsArray a = cli::read_logits_npy(dir / "half.npy", "half");
+  EXPECT_EQ(a.rows, 2);
+  EXPECT_EQ(a.cols, 2);
+  EXPECT_EQ(a.data, (std::vector<float>{1.0f, -2.0f, 0.5f, 4.0f}));
+  testing::write_file(dir / "t.jsonl", R"({"id": "text-3", "top_logprobs": [{"1": -0.1}, {"4": -0.1, "9": -0.5}]})" "\n");
+  cli::EngineOutput out;
+  testing::expect_input_error([&] { cli::read_engine_jsonl(dir / "t.jsonl", out); },
+                              {"t.jsonl:1", "text-3", "top_logprobs[1]", "position 1", "sum to"});
 }
 
 }  // namespace
