@@ -87,7 +87,8 @@ TextReference compute_text_reference(const ReferenceModel& model, const Accuracy
 }
 
 AccuracyRow measure_accuracy(const ReferenceModel& model, const AccuracyInputs& inputs, const VerifyArgs& args,
-                             const std::string& spec, std::int64_t oracle_prompts, bool retrieval) {
+                             const std::string& spec, std::int64_t oracle_prompts, bool retrieval,
+                             EngineCapture* capture) {
   const auto start = std::chrono::steady_clock::now();
   const ModelConfig& c = model.config();
   const auto V = static_cast<std::size_t>(c.vocab_size);
@@ -146,6 +147,10 @@ AccuracyRow measure_accuracy(const ReferenceModel& model, const AccuracyInputs& 
         engine_generate(*engine, static_cast<std::int64_t>(p), all.first(static_cast<std::size_t>(P)), eg);
     const std::vector<float>& rr = inputs.reference.rows[p];
     const std::int64_t n = static_cast<std::int64_t>(rr.size() / V);
+    if (capture) {
+      const auto first = er.logits.begin() + (P - 1) * static_cast<std::int64_t>(V);
+      capture->text_rows.emplace_back(first, first + n * static_cast<std::int64_t>(V));
+    }
     for (std::int64_t i = 0; i < n; ++i) {
       const std::span<const float> e(er.logits.data() + (P - 1 + i) * static_cast<std::int64_t>(V), V);
       dist.add(std::span<const float>(rr.data() + i * static_cast<std::int64_t>(V), V), e);
@@ -184,6 +189,7 @@ AccuracyRow measure_accuracy(const ReferenceModel& model, const AccuracyInputs& 
     eg.stop_at_eos = false;
     const EngineGenerateResult er = engine_generate(*engine, 100000 + static_cast<std::int64_t>(i), rc.prompt, eg);
     const bool ok = exact_match(er.generated, rc.answer);
+    if (capture) capture->generated.push_back(er.generated);
     row.overall.add(ok);
     row.by_length[rc.item.length_bucket].add(ok);
     row.by_task[rc.item.task].add(ok);

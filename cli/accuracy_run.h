@@ -90,11 +90,21 @@ struct AccuracyRow {
   double wall_s = 0.0;
 };
 
+// What the engine produced in measure_accuracy's measured run, for kvcheck compare
+// --write-engine-output: per text prompt its logits at the continuation positions
+// ([max_new_tokens][vocab], the rows compared with the reference's), per retrieval item its
+// greedy tokens.
+struct EngineCapture {
+  std::vector<std::vector<float>> text_rows;
+  std::vector<std::vector<std::int32_t>> generated;
+};
+
 // Runs `spec` over the inputs (the per-step oracle over the first `oracle_prompts` prompts, in a
 // separate pass so that it does not disturb the measured run; the retrieval items unless
-// `retrieval` is false).
+// `retrieval` is false; the engine's outputs into `capture` when given).
 AccuracyRow measure_accuracy(const ReferenceModel& model, const AccuracyInputs& inputs, const VerifyArgs& args,
-                             const std::string& spec, std::int64_t oracle_prompts = 0, bool retrieval = true);
+                             const std::string& spec, std::int64_t oracle_prompts = 0, bool retrieval = true,
+                             EngineCapture* capture = nullptr);
 
 // The row's fields as verify --sweep and kvcheck report write them.
 nlohmann::json accuracy_row_json(const AccuracyRow& row, const std::string& spec, std::int64_t budget);

@@ -90,6 +90,36 @@ struct ReportArgs {
 void add_report(CLI::App& app, ReportArgs& args);
 int run_report(const ReportArgs& args);
 
+// kvcheck export: the report's held-out windows and retrieval items as token ids (cli/items_file.h)
+// to --out FILE.jsonl; the sizing flags are report's.
+void add_export(CLI::App& app, ReportArgs& args);
+int run_export(const ReportArgs& args);
+
+// kvcheck compare: other engines' outputs on exported items held to the reference with the
+// report's metrics, outputs and gate (cli/compare_command.cpp).
+struct CompareArgs {
+  std::string model;
+  std::string items;                        // the items file kvcheck export wrote
+  std::vector<std::string> engine_outputs;  // --engine-output PATH (repeatable), each with a --name
+  std::vector<std::string> names;
+  std::vector<std::string> policies;        // kvcheck policies run beside them (none by default)
+  std::vector<std::int64_t> budgets;        // empty: the report's default for the items' size
+  std::int64_t oracle_prompts = 1;
+  std::string out;
+  std::string baseline;
+  bool update_baseline = false;
+  std::string cache;
+  std::string device = "cpu";
+  int threads = 0;
+  bool quiet = false;
+  std::string write_engine_output;  // write kvcheck's own engine output (--policy) in the format, then exit
+  std::string policy;
+  std::int64_t top_k = 0;
+  std::string command_line;
+};
+void add_compare(CLI::App& app, CompareArgs& args);
+int run_compare(const CompareArgs& args);
+
 struct MakeModelArgs {
   bool random = false;
   std::string family = "llama";

@@ -30,7 +30,12 @@ int main(int argc, char** argv) {
   kvcheck::cli::add_verify(app, verify_args);
   kvcheck::cli::ReportArgs report_args;
   kvcheck::cli::add_report(app, report_args);
+  kvcheck::cli::ReportArgs export_args;
+  kvcheck::cli::add_export(app, export_args);
+  kvcheck::cli::CompareArgs compare_args;
+  kvcheck::cli::add_compare(app, compare_args);
   for (int i = 0; i < argc; ++i) report_args.command_line += (i ? " " : "") + std::string(argv[i]);
+  compare_args.command_line = report_args.command_line;
 
   try {
     app.parse(argc, argv);
@@ -46,6 +51,8 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("bench")) return kvcheck::cli::run_bench(bench_args);
     if (app.got_subcommand("verify")) return kvcheck::cli::run_verify(verify_args);
     if (app.got_subcommand("report")) return kvcheck::cli::run_report(report_args);
+    if (app.got_subcommand("export")) return kvcheck::cli::run_export(export_args);
+    if (app.got_subcommand("compare")) return kvcheck::cli::run_compare(compare_args);
   } catch (const kvcheck::InputError& e) {
     fmt::print(stderr, "kvcheck: error: {}\n", e.what());
     return 2;

@@ -5,9 +5,6 @@
 // with --baseline, exits 1 and prints what regressed (cli/report_baseline.h).
 #include <algorithm>
 #include <chrono>
-#include <fstream>
-
-#include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -19,10 +16,8 @@
 #include "cli/engine_options.h"
 #include "cli/eval_files.h"
 #include "cli/eval_output.h"
-#include "cli/json_file.h"
 #include "cli/progress.h"
-#include "cli/report_baseline.h"
-#include "cli/report_html.h"
+#include "cli/report_pipeline.h"
 #include "cli/report_reference_cache.h"
 #include "optimized/kv_policy.h"
 #include "optimized/slot_strategy.h"
@@ -30,47 +25,6 @@
 #include "reference/model.h"
 
 namespace kvcheck::cli {
-namespace {
-
-struct Mode {
-  std::int64_t prompts, prompt_tokens, max_new_tokens, retrieval, oracle_prompts;
-  std::vector<std::int64_t> budgets;
-};
-constexpr std::int64_t kUnset = -1;
-
-Mode mode_of(const ReportArgs& a) {
-  Mode m = a.quick ? Mode{2, 64, 32, 12, 1, {32, 64}} : Mode{8, 128, 64, 48, 1, {32, 64, 128}};
-  if (a.prompts > 0) m.prompts = a.prompts;
-  if (a.prompt_tokens > 0) m.prompt_tokens = a.prompt_tokens;
-  if (a.max_new_tokens > 0) m.max_new_tokens = a.max_new_tokens;
-  if (a.retrieval_items != kUnset) m.retrieval = a.retrieval_items;
-  if (a.oracle_prompts != kUnset) m.oracle_prompts = a.oracle_prompts;
-  if (!a.budgets.empty()) m.budgets = a.budgets;
-  return m;
-}
-
-void write_text(const std::filesystem::path& file, const std::string& text) {
-  const std::filesystem::path tmp = file.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw input_error(file.string(), "--out", "cannot be written");
-    out << text;
-  }
-  std::filesystem::rename(tmp, file);
-}
-
-BaselineRow baseline_row(const nlohmann::json& r) {
-  BaselineRow b;
-  b.policy = r.at("policy").get<std::string>();
-  b.kl_mean = r.at("kl_mean").get<double>();
-  b.perplexity_ratio = r.at("perplexity_ratio").get<double>();
-  if (!r.at("retrieval_accuracy").is_null()) b.retrieval_accuracy = r.at("retrieval_accuracy").get<double>();
-  b.retrieval_items = r.at("retrieval_items").get<std::int64_t>();
-  b.oracle_violations = r.at("oracle_violations").get<std::int64_t>();
-  return b;
-}
-
-}  // namespace
 
 void add_report(CLI::App& app, ReportArgs& args) {
   CLI::App* cmd = app.add_subcommand("report", "Accuracy regression report of every policy x budget against the reference");
@@ -97,66 +51,22 @@ void add_report(CLI::App& app, ReportArgs& args) {
   cmd->add_flag("--quiet", args.quiet, "No progress on stderr");
 }
 
-namespace {
-
-// Seconds since `t0`, and the peak resident set of this process so far (getrusage: the kernel's
-// high-water mark, KiB on Linux), for the run line and report.json's "run".
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-std::int64_t peak_rss_bytes() {
-  rusage usage{};
-  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
-  return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;
-}
-
-}  // namespace
-
 int run_report(const ReportArgs& args) {
   const auto started = std::chrono::steady_clock::now();
   if (args.update_baseline && args.baseline.empty()) {
     throw input_error("kvcheck report", "--update-baseline", "needs --baseline FILE to write");
   }
-  const Mode mode = mode_of(args);
-  // --retrieval N counted items before --retrieval FILE named them: say so rather than "12: not found".
-  std::error_code ec;
-  if (!args.retrieval_file.empty() && args.retrieval_file.find_first_not_of("0123456789") == std::string::npos &&
-      !std::filesystem::exists(args.retrieval_file, ec)) {
-    throw input_error("--retrieval", args.retrieval_file,
-                      "names a retrieval file (JSONL); the number of retrieval items is --retrieval-items N");
-  }
+  const ReportMode mode = report_mode(args);
+  check_retrieval_flag(args.retrieval_file);
   check_eval_files(args.heldout_file, args.retrieval_file);  // a malformed line is reported before any model work
-  const std::filesystem::path dir =
-      args.model.empty() ? datasets_dir() / "models" / "kvcheck-tiny" : std::filesystem::path(args.model);
+  const std::filesystem::path dir = report_model_dir(args.model);
   // Every configuration checked before anything runs (InputError naming a bad policy).
-  struct Config {
-    std::string spec;
-    std::int64_t budget;
-  };
-  std::vector<Config> configs;
-  for (const std::string& name : args.policies.empty() ? policy_names() : args.policies) {
-    make_policy(name);
-    if (!policy_spec_at_budget(name, 1)) {
-      configs.push_back({name, 0});
-      continue;
-    }
-    for (const std::int64_t b : mode.budgets) configs.push_back({*policy_spec_at_budget(name, b), b});
-  }
+  const std::vector<PolicyConfig> configs = report_configs(args.policies.empty() ? policy_names() : args.policies, mode.budgets);
   const std::optional<ReportBaseline> baseline =
       args.baseline.empty() || args.update_baseline ? std::nullopt : std::optional(load_report_baseline(args.baseline));
 
   const ReferenceModel model = ReferenceModel::load(dir);
-  VerifyArgs run;
-  run.model = dir.string();
-  run.device = args.device;
-  run.prompts = mode.prompts;
-  run.prompt_tokens = mode.prompt_tokens;
-  run.max_new_tokens = mode.max_new_tokens;
-  run.sweep_retrieval = mode.retrieval;
-  run.threads = args.threads;
-  run.feed = "text";
-  run.heldout_file = args.heldout_file;
-  run.retrieval_file = args.retrieval_file;
+  const VerifyArgs run = report_run_args(args, mode, dir);
   AccuracyInputs inputs = prepare_accuracy_inputs(model, dir, run);
   if (inputs.origin.starts_with("random ids")) {
     fmt::print(stderr,
@@ -190,13 +100,7 @@ int run_report(const ReportArgs& args) {
   std::filesystem::create_directories(out_dir);
   const std::filesystem::path cache_dir = args.cache.empty() ? out_dir / "reference-cache" : std::filesystem::path(args.cache);
   const std::string key = file_hash_of_string(settings.dump());
-  std::optional<TextReference> cached = load_cached_reference(cache_dir, key, inputs, model.config());
-  const bool hit = cached.has_value();
-  inputs.reference = hit ? std::move(*cached) : compute_text_reference(model, inputs, true);
-  if (!hit && !store_cached_reference(cache_dir, key, inputs.reference)) {
-    fmt::print(stderr, "kvcheck report: warning: the reference cache {} could not be written; the next run computes it again\n",
-               cache_dir.string());
-  }
+  const bool hit = load_or_compute_reference(model, inputs, cache_dir, key, "kvcheck report");
   const double ref_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double ref_ppl = perplexity(inputs.reference.nll, inputs.reference.predicted);
   if (!args.quiet) {
@@ -209,26 +113,7 @@ int run_report(const ReportArgs& args) {
     ProgressBar bar("report", "configurations", args.quiet);
     for (std::size_t i = 0; i < configs.size(); ++i) {
       const AccuracyRow row = measure_accuracy(model, inputs, run, configs[i].spec, mode.oracle_prompts);
-      nlohmann::json j = accuracy_row_json(row, configs[i].spec, configs[i].budget);
-      j.update({{"kl_p999", row.dist.kl_p999},
-                {"kl_p95", row.dist.kl_p95},
-                {"kl_p90", row.dist.kl_p90},
-                {"kl_p50", row.dist.kl_p50},
-                {"kl_max", row.dist.kl_max},
-                {"rms_delta_p", row.dist.rms_delta_p},
-                {"perplexity_ratio", row.ppl / ref_ppl},
-                {"oracle_checks", row.oracle_checks},
-                {"oracle_violations", row.oracle_violations},
-                {"wall_s", row.wall_s}});
-      if (row.stores_fp8) {
-        j.update({{"fp8_saturated", row.fp8_saturated}, {"fp8_stored", row.fp8_stored}});
-        if (row.fp8_saturated > 0) {
-          fmt::print(stderr, "kvcheck report: warning: {}: {} of {} FP8 key/value elements saturated (beyond 448 x "
-                     "their head's scale, clamped); fp8:scale=page or fp8:scale=calibrated avoid it\n",
-                     row.name, row.fp8_saturated, row.fp8_stored);
-        }
-      }
-      rows.push_back(std::move(j));
+      rows.push_back(report_row_json(row, configs[i].spec, configs[i].budget, ref_ppl));
       bar.update(static_cast<std::int64_t>(i + 1), static_cast<std::int64_t>(configs.size()));
     }
   }
@@ -236,7 +121,7 @@ int run_report(const ReportArgs& args) {
   // same decisions (H2O's), so the same accuracy; what differs is how the pages fill, shown as
   // fragmentation over the decode steps.
   nlohmann::json spvllm = nullptr;
-  const bool has_spvllm = std::any_of(configs.begin(), configs.end(), [](const Config& c) { return c.spec.starts_with("spvllm"); });
+  const bool has_spvllm = std::any_of(configs.begin(), configs.end(), [](const PolicyConfig& c) { return c.spec.starts_with("spvllm"); });
   if (has_spvllm) {
     const std::int64_t budget = mode.budgets[mode.budgets.size() / 2];
     VerifyArgs blocks = run;
@@ -269,39 +154,8 @@ int run_report(const ReportArgs& args) {
                                  {"rows", rows},
                                  {"spvllm_strategies", spvllm},
                                  {"run", {{"wall_s", seconds_since(started)}, {"peak_rss_bytes", peak_rss_bytes()}}}};
-  write_json_atomically(out_dir / "report.json", report, "--out");
-  write_text(out_dir / "report.md", report_markdown(report));
-  write_text(out_dir / "report.html", report_html(report));
-  fmt::print("{}", report_markdown(report));
-  fmt::print("\nreport: {}\n", (std::filesystem::absolute(out_dir) / "report.html").string());
-  fmt::print("run: {:.1f} s wall, peak RSS {:.0f} MB\n", report.at("run").at("wall_s").get<double>(),
-             static_cast<double>(report.at("run").at("peak_rss_bytes").get<std::int64_t>()) / 1e6);
-
-  std::vector<BaselineRow> current;
-  std::int64_t violations = 0;
-  for (const nlohmann::json& r : rows) {
-    current.push_back(baseline_row(r));
-    violations += r.at("oracle_violations").get<std::int64_t>();
-  }
-  if (args.update_baseline) {
-    write_json_atomically(args.baseline, make_report_baseline(settings, current, BaselineTolerances{}), "--baseline");
-    fmt::print("baseline written: {}\n", args.baseline);
-    return violations > 0 ? 1 : 0;
-  }
-  if (baseline) {
-    const std::vector<Regression> regressions = compare_to_baseline(*baseline, current);
-    if (!regressions.empty()) {
-      fmt::print("\nREGRESSED against {} ({} finding(s)):\n{}", args.baseline, regressions.size(),
-                 regression_table(regressions));
-      return 1;
-    }
-    fmt::print("no regression against {} ({} rows)\n", args.baseline, baseline->rows.size());
-  }
-  if (violations > 0) {
-    fmt::print("per-step oracle: {} violation(s)\n", violations);
-    return 1;
-  }
-  return 0;
+  ReportGate gate{out_dir, args.baseline, args.update_baseline, baseline};
+  return finish_report(report, gate);
 }
 
 }  // namespace kvcheck::cli

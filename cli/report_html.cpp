@@ -76,6 +76,15 @@ namespace {
 // `top` rounded up to a multiple of `step` (a small tolerance keeps an exact multiple where it is).
 double round_up(double top, double step) { return std::ceil(top / step - 1e-9) * step; }
 
+// report.json's "notes" (kvcheck compare: what an engine row is and how its KL was taken).
+std::vector<std::string> report_notes(const nlohmann::json& report) {
+  std::vector<std::string> notes;
+  if (report.contains("notes") && report.at("notes").is_array()) {
+    for (const nlohmann::json& n : report.at("notes")) notes.push_back(n.get<std::string>());
+  }
+  return notes;
+}
+
 // The text prompts: held-out text, or seeded random ids when the model has no tokenizer
 // (reference.prompt_source, as verify_prompts.cpp names it); then no retrieval items either.
 bool random_prompts(const nlohmann::json& report) {
@@ -373,6 +382,7 @@ std::string report_markdown(const nlohmann::json& report) {
                               inputs_phrase(report, "x", ", "), perplexity_text(report));
   if (random_prompts(report)) s += random_prompts_note(report) + "\n\n";
   for (const std::string& note : fp8_saturation_notes(report)) s += note + "\n\n";
+  for (const std::string& note : report_notes(report)) s += note + "\n\n";
   const nlohmann::json& ref = report.at("reference");
   if (ref.contains("attention") && ref.at("attention").is_array() && !ref.at("attention").empty()) {
     const nlohmann::json* sparse = nullptr;
@@ -415,6 +425,7 @@ table.wide{font-size:11px}table.wide td{white-space:nowrap}table.wide td:first-c
                    escape(report.at("command").get<std::string>()));
   if (random_prompts(report)) s += "<p><strong>" + escape(random_prompts_note(report)) + "</strong></p>";
   for (const std::string& note : fp8_saturation_notes(report)) s += "<p><strong>" + escape(note) + "</strong></p>";
+  for (const std::string& note : report_notes(report)) s += "<p><strong>" + escape(note) + "</strong></p>";
   s += "<h2>KV bytes against KL divergence</h2><p class=\"note\">Mean KL(P<sub>ref</sub> ‖ P<sub>engine</sub>) per position of the text prompts' continuations (log scale). Ringed points form the Pareto front: nothing holds fewer bytes at lower KL.</p>";
   FamilyColors colors;
   s += scatter(rows, "kl_mean", "KL mean (log10)", true, true, colors);

@@ -45,6 +45,7 @@ TEST(FuzzCorpora, PageManagerCommandStreamsRun) { replay("page_manager", fuzz::p
 TEST(FuzzCorpora, SchedulerCommandStreamsRun) { replay("scheduler", fuzz::scheduler); }
 TEST(FuzzCorpora, WorkloadJsonlInputsRun) { replay("workload_jsonl", fuzz::workload_jsonl); }
 TEST(FuzzCorpora, ReportBaselineInputsRun) { replay("report_baseline", fuzz::report_baseline); }
+TEST(FuzzCorpora, EngineOutputInputsRun) { replay("engine_output", fuzz::engine_output); }
 
 }  // namespace
 }  // namespace kvcheck

@@ -36,5 +36,9 @@ int scheduler(const std::uint8_t* data, std::size_t size);
 int workload_jsonl(const std::uint8_t* data, std::size_t size);
 // A report baseline (cli/report_baseline.h's parser, then the gate over its own rows).
 int report_baseline(const std::uint8_t* data, std::size_t size);
+// Another engine's outputs for kvcheck compare (cli/engine_output.h): a .npy logits array, a
+// top-k / generated-ids JSONL file or a .safetensors file, chosen by the first bytes; what is
+// accepted keeps the parsers' promises (engine_output_fuzz.cpp).
+int engine_output(const std::uint8_t* data, std::size_t size);
 
 }  // namespace kvcheck::fuzz
