@@ -25,7 +25,7 @@
 #include "cli/report_html.h"
 #include "cli/report_reference_cache.h"
 #include "optimized/kv_policy.h"
-#include "optimized/slot_strategy.h"
+#include "optimized/step_decision.h"
 #include "reference/errors.h"
 #include "reference/model.h"
 
