@@ -29,6 +29,23 @@ PageManagerConfig figure5_config(CompactionMode mode) {
   return c;
 }
 
+// A decode step's decision for one head: evict or demote live token i (walk order), or flush.
+StepDecision evict(std::size_t i) {
+  StepDecision d;
+  d.evict = i;
+  return d;
+}
+StepDecision demote(std::size_t i) {
+  StepDecision d;
+  d.demote = i;
+  return d;
+}
+StepDecision flush_all() {
+  StepDecision d;
+  d.flush = true;
+  return d;
+}
+
 std::vector<PageId> side(const PageTable& t, int tier) {
   std::vector<PageId> ids;
   for (std::int64_t i = 0; i < t.count(tier); ++i) ids.push_back(t.at(tier, i));
@@ -114,14 +131,14 @@ TEST(UnifiedPageManager, Figure5PromptPhaseThenDecodeThenFinish) {
     // and its new token takes that slot.
     // (Live token 4 of head 1, in walk order, is high page 1, slot 0.)
     std::vector<DecodeHead> step{{HeadKey{0, 0, 0}, {16, 0.5f}, {}},
-                                 {HeadKey{0, 0, 1}, {16, 0.5f}, StepDecision{.evict = 4}}};
+                                 {HeadKey{0, 0, 1}, {16, 0.5f}, evict(4)}};
     m.decode_step(step);
     EXPECT_EQ(side(m.table(0, 0, 0), kHighTier), (std::vector<PageId>{0, 8}));
     EXPECT_EQ(m.find_slot(0, 0, 1, kHighTier, 16), (SlotRef{kHighTier, 1, 0}));
     EXPECT_EQ(m.free_list().free_ids(), (std::vector<PageId>{9, 2, 3, 7}));
     // Demote: head 1 moves token 0 (high page 0, slot 0) to its low page, whose slots are full,
     // so it gets page 9; the new token takes the freed high slot.
-    std::vector<DecodeHead> step2{{HeadKey{0, 0, 1}, {17, 0.5f}, StepDecision{.demote = 0}}};
+    std::vector<DecodeHead> step2{{HeadKey{0, 0, 1}, {17, 0.5f}, demote(0)}};
     m.decode_step(step2);
     EXPECT_EQ(side(m.table(0, 0, 1), kLowTier), (std::vector<PageId>{6, 9}));
     EXPECT_TRUE(m.pool().live(9, 0));
@@ -170,7 +187,7 @@ TEST(UnifiedPageManager, FlushMovesEveryHighTokenToLowAndRecyclesHighPages) {
     m.prompt_phase({&p, 1});
     ASSERT_EQ(m.table(0, 0, 0).count(kHighTier), 2);
     const std::int64_t free_before = m.free_list().free_count();
-    DecodeHead flush{HeadKey{0, 0, 0}, TokenPayload{6, 0.0f}, StepDecision{.flush = true}};
+    DecodeHead flush{HeadKey{0, 0, 0}, TokenPayload{6, 0.0f}, flush_all()};
     DecodeHead plain{HeadKey{0, 0, 1}, TokenPayload{6, 0.0f}, {}};
     const std::vector<DecodeHead> ops{flush, plain};
     m.decode_step(ops);
@@ -200,9 +217,6 @@ TEST(UnifiedPageManager, FlushMovesEveryHighTokenToLowAndRecyclesHighPages) {
   }
 }
 
-}  // namespace
-}  // namespace kvcheck
-
 // SpvLLM's strategies on two heads with 5 prompt tokens each (pages A, B: 4 + 1 tokens). Four
 // steps evict the oldest token: head 0 under free-block, head 1 under no-op. The new tokens go
 // after the last live slot of B; at the fourth step B is full and A empty: both heads take a new
@@ -218,8 +232,8 @@ TEST(UnifiedPageManager, SlotStrategiesAppendFreeEmptiedPagesAndRepack) {
     ASSERT_EQ(side(m.table(0, 0, 1), kHighTier), (std::vector<PageId>{2, 3}));
     for (std::int32_t s = 0; s < 4; ++s) {
       const std::vector<DecodeHead> step{
-          {HeadKey{0, 0, 0}, {5 + s, 0.0f}, StepDecision{.evict = 0}, SlotStrategy::kFreeBlock},
-          {HeadKey{0, 0, 1}, {5 + s, 0.0f}, StepDecision{.evict = 0}, SlotStrategy::kNoOp}};
+          {HeadKey{0, 0, 0}, {5 + s, 0.0f}, evict(0), SlotStrategy::kFreeBlock},
+          {HeadKey{0, 0, 1}, {5 + s, 0.0f}, evict(0), SlotStrategy::kNoOp}};
       m.decode_step(step);
       if (s < 3) {
         EXPECT_EQ(m.find_slot(0, 0, 0, kHighTier, 5 + s), (SlotRef{kHighTier, 1, s + 1}));
@@ -231,10 +245,10 @@ TEST(UnifiedPageManager, SlotStrategiesAppendFreeEmptiedPagesAndRepack) {
     EXPECT_EQ(m.free_list().free_ids(), (std::vector<PageId>{6, 7, 8, 9, 0}));
     EXPECT_EQ(m.find_slot(0, 0, 0, kHighTier, 8), (SlotRef{kHighTier, 1, 0}));
     // A demotion takes a freed slot, which the appending strategies never reuse.
-    const DecodeHead demote{HeadKey{0, 0, 0}, {9, 0.0f}, StepDecision{.demote = 0}, SlotStrategy::kNoOp};
-    EXPECT_THROW(m.decode_step({&demote, 1}), InputError);
+    const DecodeHead refused{HeadKey{0, 0, 0}, {9, 0.0f}, demote(0), SlotStrategy::kNoOp};
+    EXPECT_THROW(m.decode_step({&refused, 1}), InputError);
     const std::vector<DecodeHead> sparse{
-        {HeadKey{0, 0, 0}, {9, 0.0f}, StepDecision{.evict = 0}, SlotStrategy::kSparseCopy},
+        {HeadKey{0, 0, 0}, {9, 0.0f}, evict(0), SlotStrategy::kSparseCopy},
         {HeadKey{0, 0, 1}, {9, 0.0f}, {}, SlotStrategy::kSparseCopy}};
     m.decode_step(sparse);
     EXPECT_EQ(side(m.table(0, 0, 0), kHighTier), (std::vector<PageId>{1, 4}));
@@ -245,3 +259,6 @@ TEST(UnifiedPageManager, SlotStrategiesAppendFreeEmptiedPagesAndRepack) {
     EXPECT_EQ(m.free_list().free_ids(), (std::vector<PageId>{6, 7, 8, 9, 0, 5}));
   }
 }
+
+}  // namespace
+}  // namespace kvcheck
