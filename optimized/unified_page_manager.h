@@ -81,7 +81,8 @@ struct SlotRef {
 //            the caller). Only slot-reuse takes a demotion;
 //   flush    KIVI's residual flush: every live high token moves to low (in walk order, into the
 //            first dead low slots; re-encoded by the caller), the high pages but the first are
-//            recycled, and the new token takes the first dead high slot. Excludes evict and demote;
+//            recycled, and the new token takes the first dead high slot, whatever `slots` says
+//            (a head without high tokens appends as slot-reuse does). Excludes evict and demote;
 //   slots    what happens to a slot the victim frees (SpvLLM's strategies): slot-reuse lets the
 //            new token take the first dead slot; the others append the new token after the last
 //            live slot of the last high page (a new page when there is none), free-block also
