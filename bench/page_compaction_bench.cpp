@@ -98,14 +98,15 @@ void BM_DecodeStep(benchmark::State& state) {
   for (std::int64_t r = 0; r < kRequests; ++r) m.admit(r);
   m.prompt_phase(prompt_batch(2));
   const PageManagerStats before = m.stats();
-  std::vector<DecodeOp> ops;
+  std::vector<DecodeHead> ops;
   for (std::int64_t r = 0; r < kRequests; ++r) {
     for (std::int32_t l = 0; l < kLayers; ++l) {
       for (std::int32_t h = 0; h < kKvHeads; ++h) {
-        DecodeOp op{r, l, h, {static_cast<std::int32_t>(kPromptLen), 0.0f}, std::nullopt, std::nullopt};
+        DecodeHead op{HeadKey{r, l, h}, {static_cast<std::int32_t>(kPromptLen), 0.0f}, {}};
         const auto k = static_cast<std::int64_t>(ops.size());
-        if (k % 3 == 0) op.evict = SlotRef{kHighTier, 0, 0};
-        if (k % 3 == 1) op.demote = SlotRef{kHighTier, 0, 0};
+        // Live token 0 is high page 0, slot 0, which the new token takes again.
+        if (k % 3 == 0) op.decision.evict = 0;
+        if (k % 3 == 1) op.decision.demote = 0;
         ops.push_back(op);
       }
     }
@@ -113,7 +114,7 @@ void BM_DecodeStep(benchmark::State& state) {
   std::int64_t steps = 0;
   for (auto _ : state) {
     m.decode_step(ops);
-    for (DecodeOp& op : ops) op.token.position += 1;
+    for (DecodeHead& op : ops) op.token.position += 1;
     ++steps;
   }
   const PageManagerStats s = m.stats();

@@ -20,7 +20,7 @@
 #include "cli/report_pipeline.h"
 #include "cli/report_reference_cache.h"
 #include "optimized/kv_policy.h"
-#include "optimized/slot_strategy.h"
+#include "optimized/step_decision.h"
 #include "reference/errors.h"
 #include "reference/model.h"
 

@@ -40,13 +40,10 @@ std::unique_ptr<Engine> make_engine(const ReferenceModel& model, const EngineOpt
   if (cache.pages <= 0) {
     // Pages for batch_hint requests at full context, within the memory budget.
     const ModelConfig& c = model.config();
-    // Every tier of the policy may fill pages of its own (PagedKvCache::pages_for), plus one.
-    std::int64_t per_head = 1;
-    for (const KvTier& tier : e->policy->tiers()) {
-      const std::int64_t tpp = tokens_per_page(tier, c.head_dim, options.page_bytes);
-      per_head += (c.max_position_embeddings + tpp - 1) / tpp;
-    }
-    const std::int64_t per_request = per_head * c.num_hidden_layers * c.num_key_value_heads;
+    // Every tier of the policy may fill pages of its own, plus one page per head.
+    const std::int64_t per_request =
+        request_pages(c, e->policy->tiers(), options.page_bytes, c.max_position_embeddings) +
+        c.num_hidden_layers * c.num_key_value_heads;
     cache.pages = std::max<std::int64_t>(1, std::min(per_request * options.batch_hint,
                                                      options.memory_budget / options.page_bytes));
   }

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "kernels/cpu/kv_bytes.h"
-#include "optimized/slot_strategy.h"
+#include "optimized/step_decision.h"
 
 namespace kvcheck {
 
@@ -50,19 +50,11 @@ struct PromptSelection {
   std::vector<std::int32_t> high, low;
 };
 
-// What one decode step does to a head besides appending the new token at high: indices into
-// the head's live tokens of one to drop and one high token to move to the low tier.
 // Where an FP8 tier's scales come from (the fp8 policy's `scale` parameter).
 enum class Fp8Scale {
   kPrompt,      // one per (layer, kv head, keys/values): the prompt's amax / 448; later tokens beyond it saturate
   kCalibrated,  // one per (layer, kv head, keys/values), fixed before any request (fp8_fixed_scale)
   kPage,        // one per page: the low tier's pages are encoded whole, each with its own amax / 448
-};
-
-struct StepDecision {
-  std::optional<std::size_t> evict;
-  std::optional<std::size_t> demote;
-  bool flush = false;  // residual policies: every high token moves to the low tier
 };
 
 class KvPolicy {

@@ -209,7 +209,7 @@ std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, s
   std::vector<LiveToken> live;
   std::vector<SlotRef> live_slots;
   // The policy's decisions, taken from each head's state before this step.
-  std::vector<PagedKvCache::StepOps> step;
+  std::vector<StepDecision> step;
   if (policy.selects_prompt()) {
     step.resize(static_cast<std::size_t>(B * c.num_hidden_layers * kvh));
     std::size_t i = 0;
@@ -217,14 +217,9 @@ std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, s
       for (std::int32_t l = 0; l < c.num_hidden_layers; ++l) {
         for (std::int32_t h = 0; h < kvh; ++h, ++i) {
           cache_.live_tokens(requests[static_cast<std::size_t>(b)], l, h, live, live_slots);
-          const StepDecision decision = policy.decide_step(l, live, positions[static_cast<std::size_t>(b)]);
-          if (decision.evict) step[i].evict = live_slots.at(*decision.evict);
-          step[i].flush = decision.flush;
-          if (decision.demote) {
-            step[i].demote = live_slots.at(*decision.demote);
-            if (trace_ && trace_->on_demote) {
-              trace_->on_demote(requests[static_cast<std::size_t>(b)], l, h, live.at(*decision.demote).position);
-            }
+          step[i] = policy.decide_step(l, live, positions[static_cast<std::size_t>(b)]);
+          if (step[i].demote && trace_ && trace_->on_demote) {
+            trace_->on_demote(requests[static_cast<std::size_t>(b)], l, h, live.at(*step[i].demote).position);
           }
         }
       }

@@ -50,9 +50,6 @@ std::vector<float> slot_values(const KvFormat& format, std::int64_t head_dim, co
   return decode_block(format, b, head_dim);
 }
 
-}  // namespace
-
-namespace {
 // Calls visit(tier, page_index, id) for every page of a head in walk order: the high side of
 // its table, then the low side (the order the decode kernel reads and its probabilities follow).
 template <typename Visit>
@@ -84,16 +81,18 @@ PagedKvCache::PagedKvCache(const ModelConfig& model, const KvPolicy& policy, Pag
   }
 }
 
-std::int64_t PagedKvCache::pages_for(std::int64_t tokens) const {
+std::int64_t request_pages(const ModelConfig& model, std::span<const KvTier> tiers, std::int64_t page_bytes,
+                           std::int64_t tokens) {
   // A tier gets a new page only when its pages are full, so it never holds more than
   // ceil(peak live tokens / tokens per page) pages, and a head never holds more than `tokens`.
   std::int64_t per_head = 0;
-  for (int tier : {kHighTier, kLowTier}) {
-    if (tier == kLowTier && !uses_low_tier_) break;
-    const std::int64_t tpp = manager_.pool().tokens_per_page(tier);
-    per_head += (tokens + tpp - 1) / tpp;
-  }
-  return per_head * model_.num_hidden_layers * model_.num_key_value_heads;
+  for (const KvTier& tier : tiers) per_head += pages_for(tokens, tokens_per_page(tier, model.head_dim, page_bytes));
+  return per_head * model.num_hidden_layers * model.num_key_value_heads;
+}
+
+std::int64_t PagedKvCache::request_pages(std::int64_t tokens) const {
+  return kvcheck::request_pages(model_, std::span(tiers_).first(uses_low_tier_ ? 2 : 1), manager_.pool().page_bytes(),
+                                tokens);
 }
 
 std::int64_t PagedKvCache::prompt_pages(std::int64_t tokens) const {
@@ -390,13 +389,13 @@ void PagedKvCache::commit_prompt(std::int64_t request, std::int64_t tokens, std:
 }
 
 void PagedKvCache::reserve(std::span<const std::int64_t> requests, std::span<const std::int32_t> positions,
-                           std::span<const StepOps> step) {
+                           std::span<const StepDecision> step) {
   const std::int64_t heads = manager_.heads_per_request();
   const std::int64_t d = model_.head_dim;
   if (!step.empty() && static_cast<std::int64_t>(step.size()) != static_cast<std::int64_t>(requests.size()) * heads) {
-    throw std::invalid_argument("paged KV cache: reserve needs one entry of step ops per head of every request");
+    throw std::invalid_argument("paged KV cache: reserve needs one step decision per head of every request");
   }
-  std::vector<DecodeOp> ops;
+  std::vector<DecodeHead> ops;
   ops.reserve(requests.size() * static_cast<std::size_t>(heads));
   // Tokens that change tier (a demotion, or a flush of the residual) are re-encoded from what
   // their high slots hold, read before the step kills them.
@@ -419,32 +418,22 @@ void PagedKvCache::reserve(std::span<const std::int64_t> requests, std::span<con
   for (std::size_t i = 0; i < requests.size(); ++i) {
     for (std::int32_t l = 0; l < model_.num_hidden_layers; ++l) {
       for (std::int32_t h = 0; h < model_.num_key_value_heads; ++h) {
-        DecodeOp op;
-        op.request = requests[i];
-        op.layer = l;
-        op.head = h;
-        op.token = TokenPayload{positions[i], 0.0f};
-        op.slots = policy_.slot_strategy();
-        if (!step.empty()) {
-          op.evict = step[ops.size()].evict;
-          op.demote = step[ops.size()].demote;
-          op.flush = step[ops.size()].flush;
-        }
-        if (op.demote) {
-          Moved m{ops.size(), {}, {}, {}};
-          read_high(manager_.page_of(op.request, l, h, *op.demote), op.demote->slot, m);
-          moved.push_back(std::move(m));
-        } else if (op.flush) {
+        DecodeHead op{HeadKey{requests[i], l, h}, TokenPayload{positions[i], 0.0f},
+                      step.empty() ? StepDecision{} : step[ops.size()], policy_.slot_strategy()};
+        Moved m{ops.size(), {}, {}, {}};
+        if (op.decision.demote) {
+          const SlotRef s = manager_.live_slot(requests[i], l, h, *op.decision.demote);
+          if (s.tier == kHighTier) read_high(manager_.page_of(requests[i], l, h, s), s.slot, m);  // else refused below
+        } else if (op.decision.flush) {
           // Every live high token, in walk order (the order the flush places them in).
-          Moved m{ops.size(), {}, {}, {}};
-          walk_pages(manager_, op.request, l, h, [&](int tier, std::int64_t, PageId id) {
+          walk_pages(manager_, requests[i], l, h, [&](int tier, std::int64_t, PageId id) {
             if (tier != kHighTier) return;
             for (std::int64_t slot = 0; slot < pool.tokens_per_page(kHighTier); ++slot) {
               if (pool.live(id, slot)) read_high(id, slot, m);
             }
           });
-          if (!m.positions.empty()) moved.push_back(std::move(m));
         }
+        if (!m.positions.empty()) moved.push_back(std::move(m));
         ops.push_back(op);
       }
     }
@@ -452,42 +441,33 @@ void PagedKvCache::reserve(std::span<const std::int64_t> requests, std::span<con
   {
     const NvtxRange range("compaction");
     manager_.decode_step(ops);
-    // SpvLLM's sparse copy: the live tokens of every head packed into as few pages as they need.
-    if (policy_.slot_strategy() == SlotStrategy::kSparseCopy &&
-        std::any_of(ops.begin(), ops.end(), [](const DecodeOp& op) { return op.evict.has_value(); })) {
-      manager_.compact();
-    }
   }
   const NvtxRange range("quantize");  // demoted and flushed tokens re-encoded in their new tier
   std::vector<SlotRef> slots;
   for (const Moved& m : moved) {
-    const DecodeOp& op = ops[m.op];
+    const HeadKey& at = ops[m.op].head;
     slots.clear();
     for (const std::int32_t position : m.positions) {
-      const std::optional<SlotRef> slot = manager_.find_slot(op.request, op.layer, op.head, kLowTier, position);
+      const std::optional<SlotRef> slot = manager_.find_slot(at.request, at.layer, at.head, kLowTier, position);
       if (!slot) {
-        throw std::logic_error(fmt::format("paged KV cache: request {} layer {} head {}: position {} moved to the low "
-                                           "tier has no low slot", op.request, op.layer, op.head, position));
+        throw std::logic_error(fmt::format("paged KV cache: {}: position {} moved to the low tier has no low slot",
+                                           at.where(), position));
       }
       slots.push_back(*slot);
     }
-    store_block(op.request, op.layer, op.head, kLowTier, slots, m.positions, m.keys, m.values);
+    store_block(at.request, at.layer, at.head, kLowTier, slots, m.positions, m.keys, m.values);
   }
 }
 
 void PagedKvCache::live_tokens(std::int64_t request, std::int32_t layer, std::int32_t head,
                                std::vector<LiveToken>& tokens, std::vector<SlotRef>& slots) const {
+  manager_.live_slots(request, layer, head, slots);
   tokens.clear();
-  slots.clear();
-  const PagePool& pool = manager_.pool();
-  walk_pages(manager_, request, layer, head, [&](int tier, std::int64_t i, PageId id) {
-    for (std::int64_t s = 0; s < pool.tokens_per_page(tier); ++s) {
-      if (!pool.live(id, s)) continue;
-      const TokenPayload p = pool.payload(id, s);
-      tokens.push_back(LiveToken{p.position, p.score, tier});
-      slots.push_back(SlotRef{tier, i, s});
-    }
-  });
+  const PageTable& table = manager_.table(request, layer, head);
+  for (const SlotRef& s : slots) {
+    const TokenPayload p = manager_.pool().payload(table.at(s.tier, s.page_index), s.slot);
+    tokens.push_back(LiveToken{p.position, p.score, s.tier});
+  }
 }
 
 void PagedKvCache::add_scores(std::int64_t request, std::int32_t layer, std::int32_t head,
@@ -541,75 +521,6 @@ void PagedKvCache::preempt(std::int64_t request) {
 
 std::int64_t PagedKvCache::tokens(std::int64_t request) const {
   return manager_.live_tokens(request, 0, 0, kHighTier) + manager_.live_tokens(request, 0, 0, kLowTier);
-}
-
-std::int64_t PagedKvCache::Swapped::bytes() const {
-  std::int64_t n = 0;
-  for (const PagePool::SlotCodes& s : slots) {
-    n += static_cast<std::int64_t>(s.key.size() + s.key_meta.size() + s.value.size() + s.value_meta.size());
-  }
-  return n;
-}
-
-PagedKvCache::Swapped PagedKvCache::swap_out(std::int64_t request) {
-  if (!policy_.swappable()) {
-    throw std::logic_error(fmt::format("paged KV cache: swap-out of request {} under policy {}: only uniform "
-                                       "policies keep a head's positions packed in one tier", request,
-                                       policy_.name()));
-  }
-  Swapped out;
-  out.tokens = tokens(request);
-  const PagePool& pool = manager_.pool();
-  for (std::int32_t l = 0; l < model_.num_hidden_layers; ++l) {
-    for (std::int32_t h = 0; h < model_.num_key_value_heads; ++h) {
-      const PageTable& table = manager_.table(request, l, h);
-      std::int64_t n = 0;
-      for (std::int64_t i = 0; i < table.count(kHighTier); ++i) {
-        const PageId id = table.at(kHighTier, i);
-        for (std::int64_t s = 0; s < pool.tokens_per_page(kHighTier); ++s) {
-          if (!pool.live(id, s)) continue;
-          // Uniform policies keep a head's tokens packed in position order; swap_in relies on it.
-          if (pool.payload(id, s).position != n) {
-            throw std::logic_error(fmt::format("paged KV cache: request {} layer {} head {}: slot {} of page {} holds "
-                                               "position {}, expected {}", request, l, h, s, i,
-                                               pool.payload(id, s).position, n));
-          }
-          out.slots.push_back(pool.load_codes(id, s));
-          ++n;
-        }
-      }
-      if (n != out.tokens || table.count(kLowTier) != 0) {
-        throw std::logic_error(fmt::format("paged KV cache: request {} layer {} head {}: {} tokens, expected {}",
-                                           request, l, h, n, out.tokens));
-      }
-    }
-  }
-  manager_.preempt(request);
-  fp8_scales_.erase(request);
-  return out;
-}
-
-void PagedKvCache::swap_in(std::int64_t request, const Swapped& swapped) {
-  reserve_prompt(request, swapped.tokens);
-  const std::int64_t tpp = manager_.pool().tokens_per_page(kHighTier);
-  std::size_t i = 0;
-  PagePool& pool = manager_.pool();
-  for (std::int32_t l = 0; l < model_.num_hidden_layers; ++l) {
-    for (std::int32_t h = 0; h < model_.num_key_value_heads; ++h) {
-      for (std::int64_t t = 0; t < swapped.tokens; ++t) {
-        const PagePool::SlotCodes& codes = swapped.slots[i++];
-        pool.store_codes(manager_.page_of(request, l, h, SlotRef{kHighTier, t / tpp, t % tpp}), t % tpp, codes);
-        // FP8: a slot's metadata is its head's scale, which later tokens are encoded with.
-        for (int part = 0; part < 2 && t == 0; ++part) {
-          const KvFormat& f = part == 0 ? tiers_[kHighTier].key : tiers_[kHighTier].value;
-          if (f.dtype == KvDType::kFp8E4M3) {
-            std::memcpy(fp8_scale(request, l, h, part), (part == 0 ? codes.key_meta : codes.value_meta).data(),
-                        sizeof(float));
-          }
-        }
-      }
-    }
-  }
 }
 
 std::int64_t PagedKvCache::bytes_held(std::int64_t request) const {

@@ -25,6 +25,11 @@
 
 namespace kvcheck {
 
+// The most pages a request with `tokens` tokens can hold over all its heads, whatever a policy
+// storing tokens in `tiers` (one or two) decides: a two-tier policy may fill pages of both.
+std::int64_t request_pages(const ModelConfig& model, std::span<const KvTier> tiers, std::int64_t page_bytes,
+                           std::int64_t tokens);
+
 struct PagedKvCacheConfig {
   std::int64_t pages = 0;
   std::int64_t page_bytes = 16 * 1024;
@@ -42,8 +47,8 @@ class PagedKvCache {
   std::int64_t free_pages() const { return manager_.free_list().free_count(); }
   std::int64_t pool_pages() const { return manager_.pool().pages(); }
   // The most pages a request with `tokens` tokens can hold over all its heads, whatever its
-  // policy decides (a two-tier policy may fill pages of both tiers).
-  std::int64_t pages_for(std::int64_t tokens) const;
+  // policy decides (request_pages below, for this cache's policy and pages).
+  std::int64_t request_pages(std::int64_t tokens) const;
   // The most free pages the prompt phase of a `tokens`-token prompt needs.
   std::int64_t prompt_pages(std::int64_t tokens) const;
   bool has(std::int64_t request) const { return manager_.has_request(request); }
@@ -65,20 +70,14 @@ class PagedKvCache {
                      std::span<const std::vector<float>> scores, std::span<const std::vector<float>> keys,
                      std::span<const std::vector<float>> values);
 
-  // What a decode step does to one head besides appending: a live slot to drop (the new token
-  // may take its place), a live high slot to move to the low tier (re-quantized from what its
-  // high slot holds, as LeanKV does).
-  struct StepOps {
-    std::optional<SlotRef> evict;
-    std::optional<SlotRef> demote;
-    bool flush = false;  // a residual policy's high (fp16) tokens all move to low, group-encoded
-  };
   // Reserves, in every head of every listed request, the slot of the token at positions[i].
-  // `step`, when not empty, gives per head (request-major, then layer, then kv head) what else the
-  // step does. PoolExhausted (nothing reserved, dropped or moved) when a head needs a page the
-  // pool does not have.
+  // `step`, when not empty, gives per head (request-major, then layer, then kv head) the policy's
+  // decision (indices into the head's live_tokens; a demoted token is re-quantized from what its
+  // high slot holds, as LeanKV does; flushed tokens are group-encoded); the page manager carries
+  // it out under the policy's slot strategy. PoolExhausted (nothing reserved, dropped or moved)
+  // when a head needs a page the pool does not have.
   void reserve(std::span<const std::int64_t> requests, std::span<const std::int32_t> positions,
-               std::span<const StepOps> step = {});
+               std::span<const StepDecision> step = {});
   // A head's live tokens and their slots, in walk order (high pages, then low; slot order).
   void live_tokens(std::int64_t request, std::int32_t layer, std::int32_t head, std::vector<LiveToken>& tokens,
                    std::vector<SlotRef>& slots) const;

@@ -52,7 +52,7 @@ void Scheduler::log(const std::string& line) const {
 
 std::int64_t Scheduler::reserved_pages() const {
   if (config_.reserve_tokens == 0) return 0;
-  return static_cast<std::int64_t>(running_.size()) * cache_.pages_for(config_.reserve_tokens);
+  return static_cast<std::int64_t>(running_.size()) * cache_.request_pages(config_.reserve_tokens);
 }
 
 void Scheduler::append_token(Running& r, std::int32_t token) {
@@ -82,12 +82,12 @@ void Scheduler::submit(GenerationRequest request) {
     // or cancelled while queued) must not end well with tokens the model does not have.
     error = fmt::format("token {} at position {} is outside the vocabulary [0, {})", *bad,
                         bad - r.request.prompt.begin(), c.vocab_size);
-  } else if (cache_.pages_for(prompt) > cache_.pool_pages()) {
-    error = fmt::format("prompt of {} tokens needs {} pages, the pool has {}", prompt, cache_.pages_for(prompt),
+  } else if (cache_.request_pages(prompt) > cache_.pool_pages()) {
+    error = fmt::format("prompt of {} tokens needs {} pages, the pool has {}", prompt, cache_.request_pages(prompt),
                         cache_.pool_pages());
-  } else if (config_.reserve_tokens > 0 && cache_.pages_for(config_.reserve_tokens) > cache_.pool_pages()) {
+  } else if (config_.reserve_tokens > 0 && cache_.request_pages(config_.reserve_tokens) > cache_.pool_pages()) {
     error = fmt::format("a contiguous reservation of {} tokens needs {} pages, the pool has {}",
-                        config_.reserve_tokens, cache_.pages_for(config_.reserve_tokens), cache_.pool_pages());
+                        config_.reserve_tokens, cache_.request_pages(config_.reserve_tokens), cache_.pool_pages());
   }
   if (!error.empty()) {
     fail(r, error);
@@ -171,7 +171,7 @@ void Scheduler::admit() {
     }
     if (config_.reserve_tokens > 0) {
       // Contiguous allocation: the whole reservation is taken at admission, growth never asks.
-      const std::int64_t reservation = cache_.pages_for(config_.reserve_tokens);
+      const std::int64_t reservation = cache_.request_pages(config_.reserve_tokens);
       if (reserved_pages() + reservation > pool) {
         log(fmt::format("request {} waits: its reservation of {} pages does not fit beside {} reserved of {}",
                         r.request.id, reservation, reserved_pages(), pool));
@@ -183,7 +183,7 @@ void Scheduler::admit() {
     // its context cannot be placed even alone, and decode if it cannot grow even alone (waiting
     // would be forever: the ci/fuzz.sh scheduler target found a request whose prompt filled the
     // pool exactly, so that its next token never fit, waiting through 78 million steps).
-    const std::int64_t need = cache_.pages_for(context(r) + 1);
+    const std::int64_t need = cache_.request_pages(context(r) + 1);
     const std::int64_t used = pool - cache_.free_pages();
     if (config_.reserve_tokens == 0 && used + need > limit && !running_.empty()) {
       log(fmt::format("request {} waits: needs {} pages, {} used of {} (watermark {} pages)", r.request.id, need,

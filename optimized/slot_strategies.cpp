@@ -2,16 +2,6 @@
 
 namespace kvcheck {
 
-std::string slot_strategy_name(SlotStrategy strategy) {
-  switch (strategy) {
-    case SlotStrategy::kNoOp: return "no-op";
-    case SlotStrategy::kFreeBlock: return "free-block";
-    case SlotStrategy::kSparseCopy: return "sparse-copy";
-    case SlotStrategy::kSlotReuse: return "slot-reuse";
-  }
-  return "unknown";
-}
-
 SlotManager::SlotManager(BlockAllocator& allocator, SlotStrategy strategy, std::int64_t bytes_per_slot)
     : allocator_(allocator), strategy_(strategy), bytes_per_slot_(bytes_per_slot) {}
 

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "optimized/block_allocator.h"
-#include "optimized/slot_strategy.h"
+#include "optimized/step_decision.h"
 
 namespace kvcheck {
 

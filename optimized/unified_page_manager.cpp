@@ -99,18 +99,6 @@ std::optional<SlotRef> UnifiedPageManager::free_slot(const HeadState& h, int tie
   return std::nullopt;
 }
 
-void UnifiedPageManager::validate_slot(const HeadState& h, const SlotRef& s, const char* what) const {
-  const std::string where = h.table.key().where();
-  if (s.tier != kHighTier && s.tier != kLowTier) throw input_error(where, what, "tier {} is not 0 or 1", s.tier);
-  if (s.page_index < 0 || s.page_index >= h.table.count(s.tier)) {
-    throw input_error(where, what, "page {} of tier {}: the tier has {} page(s)", s.page_index, s.tier,
-                      h.table.count(s.tier));
-  }
-  if (s.slot < 0 || s.slot >= pool_.tokens_per_page(s.tier) || !pool_.live(h.table.at(s.tier, s.page_index), s.slot)) {
-    throw input_error(where, what, "slot {} of page {} of tier {} is not a live slot", s.slot, s.page_index, s.tier);
-  }
-}
-
 void UnifiedPageManager::record(const CompactionRoundStats& s) {
   last_round_ = s;
   ids_copied_ += s.allocated + s.recycled;
@@ -234,174 +222,216 @@ void UnifiedPageManager::prompt_phase(std::span<const PromptRequest> batch) {
   for (const PromptRequest& p : batch) requests_.at(p.request).prompted = true;
 }
 
-// ---- generation -----------------------------------------------------------------------------
+// ---- generation: one plan per head ---------------------------------------------------------
 
-void UnifiedPageManager::decode_step(std::span<const DecodeOp> ops) {
-  const std::int64_t tpp[2] = {pool_.tokens_per_page(kHighTier), pool_.tokens_per_page(kLowTier)};
-  // Validation, before anything changes.
-  std::vector<HeadState*> heads;
-  heads.reserve(ops.size());
-  std::set<HeadState*> seen;
-  for (const DecodeOp& op : ops) {
-    HeadState& h = head_state(op.request, op.layer, op.head, "decode step");
-    const std::string where = h.table.key().where();
-    if (!requests_.at(op.request).prompted) throw input_error(where, "decode step", "the prompt phase has not run");
-    if (!seen.insert(&h).second) throw input_error(where, "decode step", "two ops for one head in one step");
-    if (op.flush && (op.evict || op.demote)) {
-      throw input_error(where, "flush", "moves every high token to low; it takes no victim or demotion");
+SlotRef UnifiedPageManager::nth_live(const HeadState& h, std::size_t index) const {
+  auto n = static_cast<std::int64_t>(index);
+  for (int tier : {kHighTier, kLowTier}) {
+    for (std::int64_t i = 0; i < h.table.count(tier); ++i) {
+      const PageId id = h.table.at(tier, i);
+      const std::int64_t live = pool_.live_count(id);
+      if (n >= live) {
+        n -= live;
+        continue;
+      }
+      for (std::int64_t s = 0;; ++s) {
+        if (pool_.live(id, s) && n-- == 0) return SlotRef{tier, i, s};
+      }
     }
-    if (op.evict) validate_slot(h, *op.evict, "evict");
-    if (op.demote && op.slots != SlotStrategy::kSlotReuse) {
+  }
+  throw std::logic_error(fmt::format("page manager: {} holds fewer live slots than it counts", h.table.key().where()));
+}
+
+void UnifiedPageManager::live_slots(std::int64_t request, std::int32_t layer, std::int32_t head,
+                                    std::vector<SlotRef>& slots) const {
+  const HeadState& h = head_state(request, layer, head, "live_slots");
+  slots.clear();
+  for (int tier : {kHighTier, kLowTier}) {
+    for (std::int64_t i = 0; i < h.table.count(tier); ++i) {
+      const PageId id = h.table.at(tier, i);
+      for (std::int64_t s = 0; s < pool_.tokens_per_page(tier); ++s) {
+        if (pool_.live(id, s)) slots.push_back(SlotRef{tier, i, s});
+      }
+    }
+  }
+}
+
+SlotRef UnifiedPageManager::live_slot(std::int64_t request, std::int32_t layer, std::int32_t head,
+                                      std::size_t index) const {
+  const HeadState& h = head_state(request, layer, head, "live_slot");
+  const std::int64_t live = h.live[kHighTier] + h.live[kLowTier];
+  if (index >= static_cast<std::size_t>(live)) {
+    throw input_error(h.table.key().where(), "live_slot", "live token {}: the head holds {}", index, live);
+  }
+  return nth_live(h, index);
+}
+
+UnifiedPageManager::HeadStep UnifiedPageManager::resolve_step(const DecodeHead& op) {
+  HeadState& h = head_state(op.head.request, op.head.layer, op.head.head, "decode step");
+  const std::string where = h.table.key().where();
+  if (!requests_.at(op.head.request).prompted) throw input_error(where, "decode step", "the prompt phase has not run");
+  const StepDecision& d = op.decision;
+  if (d.flush && (d.evict || d.demote)) {
+    throw input_error(where, "flush", "moves every high token to low; it takes no victim or demotion");
+  }
+  const std::int64_t live = h.live[kHighTier] + h.live[kLowTier];
+  HeadStep s;
+  s.head = &h;
+  s.op = &op;
+  for (const auto& [index, slot, what] : {std::tuple{d.evict, &s.evict, "evict"}, std::tuple{d.demote, &s.demote, "demote"}}) {
+    if (!index) continue;
+    if (*index >= static_cast<std::size_t>(live)) {
+      throw input_error(where, what, "live token {}: the head holds {}", *index, live);
+    }
+    *slot = nth_live(h, *index);
+  }
+  if (d.demote) {
+    if (op.slots != SlotStrategy::kSlotReuse) {
       throw input_error(where, "demote", "takes a freed slot; the {} strategy reuses none", slot_strategy_name(op.slots));
     }
-    if (op.demote) {
-      validate_slot(h, *op.demote, "demote");
-      if (op.demote->tier != kHighTier) throw input_error(where, "demote", "only a high token can be demoted");
-      if (op.evict && *op.evict == *op.demote) throw input_error(where, "demote", "the slot is also the victim");
-    }
-    heads.push_back(&h);
+    if (s.demote->tier != kHighTier) throw input_error(where, "demote", "only a high token can be demoted");
+    if (d.evict && *d.evict == *d.demote) throw input_error(where, "demote", "the token is also the victim");
   }
-  // Planning: which tier needs a page (at most one per head), or for a flush, the low pages
-  // that take every high token and the high pages freed (all but the first, which the new token
-  // uses).
-  const auto n = static_cast<std::int64_t>(ops.size());
-  std::vector<int> page_tier(ops.size(), -1);
-  std::vector<std::int64_t> allocate(ops.size(), 0), recycle(ops.size(), 0);
-  std::vector<bool> flushing(ops.size(), false);
-  // Appending strategies: the page and slot the new token goes to (kNoPage: a new high page),
-  // and free-block's emptied victim page.
-  std::vector<PageId> append_page(ops.size(), kNoPage), emptied(ops.size(), kNoPage);
-  std::vector<std::int64_t> append_slot(ops.size(), 0);
-  std::vector<bool> appending(ops.size(), false);
+  return s;
+}
+
+// Slot-reuse: the victim's and the demoted token's slots are reused; a tier gets a page only when
+// its pages are full without them (never both tiers: a demotion frees a high slot).
+void UnifiedPageManager::plan_reuse(HeadStep& s) const {
+  const HeadState& h = *s.head;
+  std::int64_t live[2] = {h.live[kHighTier], h.live[kLowTier]};
+  int tier = -1;
+  if (s.evict) live[s.evict->tier] -= 1;
+  if (s.demote) {
+    live[kHighTier] -= 1;
+    if (live[kLowTier] == h.table.count(kLowTier) * pool_.tokens_per_page(kLowTier)) tier = kLowTier;
+  }
+  if (live[kHighTier] == h.table.count(kHighTier) * pool_.tokens_per_page(kHighTier)) tier = kHighTier;
+  if (tier >= 0) s.new_pages[tier] = 1;
+}
+
+// No-op, free-block, sparse-copy: the new token goes after the last live slot of the last high
+// page (before the eviction), or into a new high page; free-block returns the victim's page when
+// the victim was its last live token (unless the new token goes there).
+void UnifiedPageManager::plan_append(HeadStep& s) const {
+  const HeadState& h = *s.head;
+  const std::int64_t pages = h.table.count(kHighTier);
+  if (pages > 0) {
+    const PageId last = h.table.at(kHighTier, pages - 1);
+    const std::int64_t next = pool_.last_live_slot(last) + 1;
+    if (next < pool_.tokens_per_page(kHighTier)) s.append_at = std::pair{last, next};
+  }
+  if (!s.append_at) {
+    s.new_pages[kHighTier] = 1;
+    s.append_at = std::pair{kNoPage, std::int64_t{0}};
+  }
+  if (s.op->slots == SlotStrategy::kFreeBlock && s.evict) {
+    const PageId victim = h.table.at(s.evict->tier, s.evict->page_index);
+    if (pool_.live_count(victim) == 1 && victim != s.append_at->first) {
+      s.drop.push_back(PageRef{s.evict->tier, s.evict->page_index});
+    }
+  }
+}
+
+// A flush: the low pages every high token needs, and the high pages but the first (the new token
+// takes its slot 0) back to the list.
+void UnifiedPageManager::plan_flush(HeadStep& s) const {
+  const HeadState& h = *s.head;
+  s.flush = true;
+  s.new_pages[kLowTier] = std::max<std::int64_t>(
+      0, pages_for(h.live[kLowTier] + h.live[kHighTier], pool_.tokens_per_page(kLowTier)) - h.table.count(kLowTier));
+  for (std::int64_t i = 1; i < h.table.count(kHighTier); ++i) s.drop.push_back(PageRef{kHighTier, i});
+}
+
+void UnifiedPageManager::move_to_low(HeadState& h, PageId from, std::int64_t slot) {
+  const TokenPayload payload = pool_.backed() ? pool_.payload(from, slot) : TokenPayload{};
+  pool_.kill(from, slot);
+  const SlotRef to = free_slot(h, kLowTier).value();
+  pool_.put(h.table.at(kLowTier, to.page_index), to.slot, payload);
+  h.live[kHighTier] -= 1;
+  h.live[kLowTier] += 1;
+}
+
+void UnifiedPageManager::apply_step(HeadStep& s, std::int64_t at, std::int64_t to) {
+  HeadState& h = *s.head;
+  if (s.evict) {
+    pool_.kill(h.table.at(s.evict->tier, s.evict->page_index), s.evict->slot);
+    h.live[s.evict->tier] -= 1;
+  }
+  PageId new_high = kNoPage;
+  for (int tier : {kHighTier, kLowTier}) {
+    for (std::int64_t j = 0; j < s.new_pages[tier]; ++j) {
+      const PageId id = list_.id_at(at++);
+      pool_.format(id, PageOwner{h.table.key(), tier});
+      h.table.push(tier, id);
+      if (tier == kHighTier) new_high = id;
+    }
+  }
+  if (s.flush) {  // every live high token, in walk order
+    for (std::int64_t p = 0; p < h.table.count(kHighTier); ++p) {
+      const PageId from = h.table.at(kHighTier, p);
+      for (std::int64_t slot = 0; slot < pool_.tokens_per_page(kHighTier); ++slot) {
+        if (pool_.live(from, slot)) move_to_low(h, from, slot);
+      }
+    }
+  }
+  if (s.demote) move_to_low(h, h.table.at(kHighTier, s.demote->page_index), s.demote->slot);
+  std::vector<PageId> dropped;
+  for (const PageRef& r : s.drop) dropped.push_back(h.table.at(r.tier, r.page_index));
+  for (auto r = s.drop.rbegin(); r != s.drop.rend(); ++r) h.table.erase(r->tier, r->page_index);
+  for (std::size_t j = 0; j < dropped.size(); ++j) {
+    list_.put_at(to + static_cast<std::int64_t>(j), dropped[j]);
+    pool_.release(dropped[j]);
+  }
+  if (s.append_at) {
+    pool_.put(s.append_at->first == kNoPage ? new_high : s.append_at->first, s.append_at->second, s.op->token);
+  } else {
+    const SlotRef slot = free_slot(h, kHighTier).value();
+    pool_.put(h.table.at(kHighTier, slot.page_index), slot.slot, s.op->token);
+  }
+  h.live[kHighTier] += 1;
+}
+
+void UnifiedPageManager::decode_step(std::span<const DecodeHead> heads) {
+  // Validation, before anything changes.
+  std::vector<HeadStep> steps;
+  steps.reserve(heads.size());
+  std::set<HeadState*> seen;
+  for (const DecodeHead& op : heads) {
+    steps.push_back(resolve_step(op));
+    if (!seen.insert(steps.back().head).second) {
+      throw input_error(steps.back().head->table.key().where(), "decode step", "two ops for one head in one step");
+    }
+  }
+  // One plan per head (a flush of a head without high tokens is a plain slot-reuse append).
+  const auto n = static_cast<std::int64_t>(steps.size());
   for_each_head(n, config_.compaction, [&](std::int64_t k) {
-    const auto i = static_cast<std::size_t>(k);
-    const DecodeOp& op = ops[i];
-    const HeadState& h = *heads[i];
-    if (op.slots != SlotStrategy::kSlotReuse && !op.flush) {
-      appending[i] = true;
-      const std::int64_t pages = h.table.count(kHighTier);
-      if (pages > 0) {
-        const PageId last = h.table.at(kHighTier, pages - 1);
-        const std::int64_t next = pool_.last_live_slot(last) + 1;  // before the eviction
-        if (next < tpp[kHighTier]) {
-          append_page[i] = last;
-          append_slot[i] = next;
-        }
-      }
-      if (append_page[i] == kNoPage) {
-        page_tier[i] = kHighTier;
-        allocate[i] = 1;
-      }
-      if (op.slots == SlotStrategy::kFreeBlock && op.evict) {
-        const PageId victim = h.table.at(op.evict->tier, op.evict->page_index);
-        if (pool_.live_count(victim) == 1 && victim != append_page[i]) {
-          emptied[i] = victim;
-          recycle[i] = 1;
-        }
-      }
-      return;
-    }
-    if (op.flush && h.live[kHighTier] > 0) {
-      flushing[i] = true;
-      allocate[i] = std::max<std::int64_t>(
-          0, pages_for(h.live[kLowTier] + h.live[kHighTier], tpp[kLowTier]) - h.table.count(kLowTier));
-      recycle[i] = h.table.count(kHighTier) - 1;
-      return;
-    }
-    std::int64_t live[2] = {h.live[0], h.live[1]};
-    if (op.evict) live[op.evict->tier] -= 1;
-    if (op.demote) {
-      live[kHighTier] -= 1;
-      if (live[kLowTier] == h.table.count(kLowTier) * tpp[kLowTier]) page_tier[i] = kLowTier;
-    }
-    if (live[kHighTier] == h.table.count(kHighTier) * tpp[kHighTier]) page_tier[i] = kHighTier;
-    allocate[i] = page_tier[i] >= 0 ? 1 : 0;
+    HeadStep& s = steps[static_cast<std::size_t>(k)];
+    if (s.op->decision.flush && s.head->live[kHighTier] > 0) plan_flush(s);
+    else if (s.op->slots != SlotStrategy::kSlotReuse && !s.op->decision.flush) plan_append(s);
+    else plan_reuse(s);
   });
-  for (std::size_t i = 0; i < ops.size(); ++i) {
-    if (allocate[i] > 0) heads[i]->table.require_room(allocate[i]);
+  std::vector<std::int64_t> allocate(steps.size()), recycle(steps.size());
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    allocate[i] = steps[i].allocate();
+    recycle[i] = static_cast<std::int64_t>(steps[i].drop.size());
+    if (allocate[i] > 0) steps[i].head->table.require_room(allocate[i]);
   }
   record(kvcheck::compaction_round(list_, allocate, recycle, config_.compaction, [&](std::int64_t k, std::int64_t at,
                                                                              std::int64_t to) {
-    const auto i = static_cast<std::size_t>(k);
-    HeadState& h = *heads[i];
-    if (!flushing[i]) {
-      if (emptied[i] != kNoPage) {
-        // Free-block: the victim was its page's last live token; the page goes back now.
-        const SlotRef& v = *ops[i].evict;
-        pool_.kill(emptied[i], v.slot);
-        h.live[v.tier] -= 1;
-        h.table.erase(v.tier, v.page_index);
-        list_.put_at(to, emptied[i]);
-        pool_.release(emptied[i]);
-      }
-      if (page_tier[i] < 0) return;
-      const PageId id = list_.id_at(at);
-      pool_.format(id, PageOwner{h.table.key(), page_tier[i]});
-      h.table.push(page_tier[i], id);
-      if (appending[i]) {
-        append_page[i] = id;
-        append_slot[i] = 0;
-      }
-      return;
-    }
-    for (std::int64_t j = 0; j < allocate[i]; ++j) {
-      const PageId id = list_.id_at(at + j);
-      pool_.format(id, PageOwner{h.table.key(), kLowTier});
-      h.table.push(kLowTier, id);
-    }
-    // Every live high token, in walk order, into the first dead low slots.
-    for (std::int64_t p = 0; p < h.table.count(kHighTier); ++p) {
-      const PageId from = h.table.at(kHighTier, p);
-      for (std::int64_t s = 0; s < tpp[kHighTier]; ++s) {
-        if (!pool_.live(from, s)) continue;
-        const TokenPayload payload = pool_.backed() ? pool_.payload(from, s) : TokenPayload{};
-        pool_.kill(from, s);
-        const SlotRef dst = free_slot(h, kLowTier).value();
-        pool_.put(h.table.at(kLowTier, dst.page_index), dst.slot, payload);
-      }
-    }
-    h.live[kLowTier] += h.live[kHighTier];
-    h.live[kHighTier] = 0;
-    std::vector<PageId> surplus;
-    while (h.table.count(kHighTier) > 1) surplus.push_back(h.table.pop(kHighTier));
-    std::int64_t written = 0;
-    for (auto it = surplus.rbegin(); it != surplus.rend(); ++it) {
-      list_.put_at(to + written++, *it);
-      pool_.release(*it);
-    }
+    apply_step(steps[static_cast<std::size_t>(k)], at, to);
   }));
-  // The tokens: evict, demote, append.
-  for_each_head(n, config_.compaction, [&](std::int64_t k) {
-    const auto i = static_cast<std::size_t>(k);
-    const DecodeOp& op = ops[i];
-    HeadState& h = *heads[i];
-    if (op.evict && emptied[i] == kNoPage) {
-      pool_.kill(h.table.at(op.evict->tier, op.evict->page_index), op.evict->slot);
-      h.live[op.evict->tier] -= 1;
-    }
-    if (appending[i]) {
-      pool_.put(append_page[i], append_slot[i], op.token);
-      h.live[kHighTier] += 1;
-      return;
-    }
-    if (op.demote) {
-      const PageId from = h.table.at(kHighTier, op.demote->page_index);
-      const TokenPayload p = pool_.backed() ? pool_.payload(from, op.demote->slot) : TokenPayload{};
-      pool_.kill(from, op.demote->slot);
-      h.live[kHighTier] -= 1;
-      const SlotRef to = free_slot(h, kLowTier).value();
-      pool_.put(h.table.at(kLowTier, to.page_index), to.slot, p);
-      h.live[kLowTier] += 1;
-    }
-    const SlotRef to = free_slot(h, kHighTier).value();
-    pool_.put(h.table.at(kHighTier, to.page_index), to.slot, op.token);
-    h.live[kHighTier] += 1;
-  });
+  // SpvLLM's sparse copy: the live tokens packed into as few pages as they need.
+  if (std::any_of(heads.begin(), heads.end(), [](const DecodeHead& op) {
+        return op.slots == SlotStrategy::kSparseCopy && op.decision.evict.has_value();
+      })) {
+    repack();
+  }
 }
 
 // ---- compaction and release -----------------------------------------------------------------
 
-void UnifiedPageManager::compact() {
+void UnifiedPageManager::repack() {
   const std::int64_t tpp[2] = {pool_.tokens_per_page(kHighTier), pool_.tokens_per_page(kLowTier)};
   std::vector<HeadState*> heads;
   for (auto& [id, r] : requests_) {
@@ -445,11 +475,9 @@ void UnifiedPageManager::compact() {
 
 void UnifiedPageManager::release(std::int64_t request) {
   RequestState& r = request_state(request, "release");
-  const auto n = static_cast<std::int64_t>(r.heads.size());
   std::vector<std::int64_t> recycle(r.heads.size());
   const std::vector<std::int64_t> none(r.heads.size(), 0);
   for (std::size_t k = 0; k < r.heads.size(); ++k) recycle[k] = r.heads[k].table.used();
-  (void)n;
   record(kvcheck::compaction_round(list_, none, recycle, config_.compaction, [&](std::int64_t k, std::int64_t, std::int64_t to) {
     HeadState& h = r.heads[static_cast<std::size_t>(k)];
     std::int64_t written = 0;

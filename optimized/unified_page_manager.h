@@ -9,13 +9,14 @@
 //                  the next ones as low pages, tops the low side up when the +1 of the table
 //                  needs it, and recycles the rest. Tokens are then written packed (token k of
 //                  a tier in page k / tpp, slot k % tpp);
-//   decode_step    per head: optionally evict a live slot, optionally demote a live high token to
-//                  low (it takes a free low slot), then append the new token at high (a free slot:
-//                  the one a victim or the demoted token left, if any). At most one new page per
-//                  head per step; nothing is recycled during generation, except by a flush
-//                  (KIVI's fp16 residual, held at high, moved to low all at once: the low pages it
-//                  needs are allocated and the emptied high pages but one recycled in the round);
-//   compact        per head and tier, live slots move into the outermost ceil(live / tpp) pages
+//   decode_step    one plan per head (HeadStep below): optionally evict a live slot, optionally
+//                  demote a live high token to low (it takes a free low slot), then append the new
+//                  token at high (a free slot: the one a victim or the demoted token left, if any).
+//                  At most one new page per head per step; nothing is recycled during generation,
+//                  except by a flush (KIVI's fp16 residual, held at high, moved to low all at once:
+//                  the low pages it needs are allocated and the emptied high pages but one
+//                  recycled in the round) and by SpvLLM's free-block and sparse-copy strategies;
+//   repack         per head and tier, live slots move into the outermost ceil(live / tpp) pages
 //                  and the emptied pages are recycled;
 //   finish/preempt every page of the request returns to the free list.
 //
@@ -31,13 +32,14 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "optimized/free_page_list.h"
 #include "optimized/kv_compaction.h"
 #include "optimized/page_pool.h"
 #include "optimized/page_table.h"
-#include "optimized/slot_strategy.h"
+#include "optimized/step_decision.h"
 
 namespace kvcheck {
 
@@ -71,22 +73,25 @@ struct SlotRef {
   bool operator==(const SlotRef&) const = default;
 };
 
-struct DecodeOp {
-  std::int64_t request = 0;
-  std::int32_t layer = 0;
-  std::int32_t head = 0;
-  TokenPayload token;              // the new token, appended at high precision
-  std::optional<SlotRef> evict;    // a live slot to drop (its slot is reused)
-  std::optional<SlotRef> demote;   // a live high slot to move to low (re-quantized by the caller)
-  // KIVI's residual flush: every live high token moves to low (in walk order, into the first
-  // dead low slots; re-encoded by the caller) before the append; the high pages but the first
-  // are recycled. Excludes evict and demote.
-  bool flush = false;
-  // What happens to a slot a victim frees (SpvLLM's strategies): slot-reuse lets the new token
-  // take the first dead slot; the others append the new token after the last live slot of the
-  // last high page (a new page when there is none), and free-block also recycles the victim's
-  // page when the eviction empties it. (Sparse-copy is the append plus compact() after the step,
-  // which its caller runs.) Only slot-reuse takes a demotion.
+// One head's part of a decode step: the new token, appended at high precision, and what else
+// the step does to the head. The decision's indices name the head's live tokens in walk order
+// (live_slots) as they are before the step.
+//   evict    the live token is dropped;
+//   demote   a live high token moves to low (it takes the first dead low slot; re-quantized by
+//            the caller). Only slot-reuse takes a demotion;
+//   flush    KIVI's residual flush: every live high token moves to low (in walk order, into the
+//            first dead low slots; re-encoded by the caller), the high pages but the first are
+//            recycled, and the new token takes the first dead high slot, whatever `slots` says
+//            (a head without high tokens appends as slot-reuse does). Excludes evict and demote;
+//   slots    what happens to a slot the victim frees (SpvLLM's strategies): slot-reuse lets the
+//            new token take the first dead slot; the others append the new token after the last
+//            live slot of the last high page (a new page when there is none), free-block also
+//            recycles the victim's page when the eviction empties it, and sparse-copy repacks
+//            (repack(), every head) after a step in which one of its heads evicted.
+struct DecodeHead {
+  HeadKey head;
+  TokenPayload token;
+  StepDecision decision;
   SlotStrategy slots = SlotStrategy::kSlotReuse;
 };
 
@@ -117,8 +122,8 @@ class UnifiedPageManager {
 
   void admit(std::int64_t request);
   void prompt_phase(std::span<const PromptRequest> batch);
-  void decode_step(std::span<const DecodeOp> ops);
-  void compact();
+  void decode_step(std::span<const DecodeHead> heads);
+  void repack();
   void finish(std::int64_t request);
   void preempt(std::int64_t request);
 
@@ -129,6 +134,11 @@ class UnifiedPageManager {
   std::int64_t live_tokens(std::int64_t request, std::int32_t layer, std::int32_t head, int tier) const;
   std::int64_t bytes_held(std::int64_t request, std::int32_t layer, std::int32_t head) const;
   // The live slot of a token position in a tier, if any (a linear scan of the head's pages).
+  // The head's live slots in walk order (high pages in table order, then low; slot order): what
+  // a StepDecision's indices name.
+  void live_slots(std::int64_t request, std::int32_t layer, std::int32_t head, std::vector<SlotRef>& slots) const;
+  // The index-th of them (InputError naming the head when there are not that many).
+  SlotRef live_slot(std::int64_t request, std::int32_t layer, std::int32_t head, std::size_t index) const;
   std::optional<SlotRef> find_slot(std::int64_t request, std::int32_t layer, std::int32_t head, int tier,
                                    std::int32_t position) const;
   PageId page_of(std::int64_t request, std::int32_t layer, std::int32_t head, const SlotRef& slot) const;
@@ -158,7 +168,42 @@ class UnifiedPageManager {
   void release(std::int64_t request);
   // The first dead slot of a tier's pages, in table order; nullopt when all are live.
   std::optional<SlotRef> free_slot(const HeadState& h, int tier) const;
-  void validate_slot(const HeadState& h, const SlotRef& s, const char* what) const;
+  // The index-th live slot of a head in walk order (index < its live tokens).
+  SlotRef nth_live(const HeadState& h, std::size_t index) const;
+
+  // One head's plan for a decode step, made before anything changes by one of three planners and
+  // carried out by apply_step inside the step's compaction round: the pages the round gives the
+  // head (new_pages, pushed high first) and takes back (drop, in the order they return to the
+  // free list; ascending index within a tier), and where each token goes. Sharing (refcounted
+  // pages) extends it without a new planner: a write into a shared page becomes a new page in
+  // new_pages plus a copy, and dropping a shared page lowers its count instead of freeing it.
+  struct PageRef {
+    int tier = kHighTier;
+    std::int64_t page_index = 0;
+  };
+  struct HeadStep {
+    HeadState* head = nullptr;
+    const DecodeHead* op = nullptr;
+    std::optional<SlotRef> evict, demote;  // the decision's indices, resolved
+    bool flush = false;                    // every live high token moves to low (the head holds some)
+    std::int64_t new_pages[2] = {0, 0};
+    std::vector<PageRef> drop;
+    // The new token's slot: nullopt, the first dead high slot once the other tokens have moved;
+    // otherwise a page and slot (kNoPage: the new high page, whose slot 0 it takes).
+    std::optional<std::pair<PageId, std::int64_t>> append_at;
+    std::int64_t allocate() const { return new_pages[kHighTier] + new_pages[kLowTier]; }
+  };
+  // Validation of one head's part of a step; its decision resolved to slots.
+  HeadStep resolve_step(const DecodeHead& op);
+  // The three planners: slot-reuse (evict, demote, the new token in a freed slot), the appending
+  // strategies (no-op, free-block, sparse-copy), and a flush.
+  void plan_reuse(HeadStep& s) const;
+  void plan_append(HeadStep& s) const;
+  void plan_flush(HeadStep& s) const;
+  // Carries out a plan: `at` and `to` are the head's allocation and recycling positions in the round.
+  void apply_step(HeadStep& s, std::int64_t at, std::int64_t to);
+  // Moves a live high slot into the first dead low slot.
+  void move_to_low(HeadState& h, PageId from, std::int64_t slot);
 
   PageManagerConfig config_;
   PagePool pool_;

@@ -7,7 +7,36 @@
 namespace kvcheck {
 namespace {
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+bool live_slot(std::int32_t s) { return s != kModelDead; }
 }  // namespace
+
+std::set<std::int32_t> ModelHead::live(int tier) const {
+  std::set<std::int32_t> out;
+  for (const ModelPage& p : pages[tier]) {
+    for (std::int32_t s : p.slots) {
+      if (live_slot(s)) out.insert(s);
+    }
+  }
+  return out;
+}
+
+std::int64_t ModelHead::live_count(int tier) const {
+  std::int64_t n = 0;
+  for (const ModelPage& p : pages[tier]) n += std::count_if(p.slots.begin(), p.slots.end(), live_slot);
+  return n;
+}
+
+std::vector<ModelSlot> ModelHead::walk() const {
+  std::vector<ModelSlot> out;
+  for (int tier : {0, 1}) {
+    for (const ModelPage& p : pages[tier]) {
+      for (std::int32_t s : p.slots) {
+        if (live_slot(s)) out.push_back(ModelSlot{tier, s});
+      }
+    }
+  }
+  return out;
+}
 
 PageManagerModel::PageManagerModel(std::int64_t pool_pages, std::int64_t layers, std::int64_t kv_heads,
                                    std::int64_t high_tokens_per_page, std::int64_t low_tokens_per_page,
@@ -23,11 +52,35 @@ PageManagerModel::PageManagerModel(std::int64_t pool_pages, std::int64_t layers,
 
 std::int64_t PageManagerModel::table_length() const { return ceil_div(max_seq_len_, high_tpp_) + 1; }
 
+ModelHead& PageManagerModel::head(std::int64_t request, std::int64_t layer, std::int64_t head) {
+  return requests_.at(request).heads.at(static_cast<std::size_t>(layer * kv_heads_ + head));
+}
+const ModelHead& PageManagerModel::head(std::int64_t request, std::int64_t layer, std::int64_t head) const {
+  return requests_.at(request).heads.at(static_cast<std::size_t>(layer * kv_heads_ + head));
+}
+
 std::int32_t PageManagerModel::take() {
+  ++taken_;
+  if (free_.empty()) return kModelDead;  // only in a step that is then rejected as exhausted
   const std::int32_t id = free_.front();
   free_.pop_front();
   start_ = (start_ + 1) % pool_pages_;
   return id;
+}
+
+ModelPage PageManagerModel::new_page(int tier) {
+  const std::int32_t id = take();
+  return ModelPage{id, std::vector<std::int32_t>(static_cast<std::size_t>(tokens_per_page(tier)), kModelDead)};
+}
+
+std::pair<std::size_t, std::size_t> PageManagerModel::first_dead(ModelHead& h, int tier) {
+  for (std::size_t i = 0; i < h.pages[tier].size(); ++i) {
+    const std::vector<std::int32_t>& slots = h.pages[tier][i].slots;
+    const auto dead = std::find(slots.begin(), slots.end(), kModelDead);
+    if (dead != slots.end()) return {i, static_cast<std::size_t>(dead - slots.begin())};
+  }
+  h.pages[tier].push_back(new_page(tier));
+  return {h.pages[tier].size() - 1, 0};
 }
 
 void PageManagerModel::admit(std::int64_t request) {
@@ -49,13 +102,15 @@ ModelOutcome PageManagerModel::prompt(const std::vector<ModelPrompt>& batch) {
   }
   if (need > static_cast<std::int64_t>(free_.size())) return ModelOutcome::kPoolExhausted;
   // Round 1: conservative high pages for every prompt token.
+  std::map<std::int64_t, std::vector<std::vector<std::int32_t>>> held;  // request -> head -> ids
   for (const ModelPrompt& p : batch) {
-    ModelRequest& r = requests_.at(p.request);
-    for (ModelHead& h : r.heads) {
-      for (std::int64_t i = 0; i < ceil_div(p.prompt_len, high_tpp_); ++i) h.high_pages.push_back(take());
+    std::vector<std::vector<std::int32_t>>& ids = held[p.request];
+    ids.resize(static_cast<std::size_t>(heads_per_request()));
+    for (std::vector<std::int32_t>& head : ids) {
+      for (std::int64_t i = 0; i < ceil_div(p.prompt_len, high_tpp_); ++i) head.push_back(take());
     }
   }
-  // Round 2: keep, convert, top up, recycle.
+  // Round 2: keep, convert, top up, recycle; then the tokens, packed per tier.
   for (const ModelPrompt& p : batch) {
     ModelRequest& r = requests_.at(p.request);
     r.prompt_len = p.prompt_len;
@@ -63,83 +118,143 @@ ModelOutcome PageManagerModel::prompt(const std::vector<ModelPrompt>& batch) {
     r.next_position = static_cast<std::int32_t>(p.prompt_len);
     for (std::size_t k = 0; k < r.heads.size(); ++k) {
       ModelHead& h = r.heads[k];
+      const std::vector<std::int32_t>& ids = held.at(p.request)[k];
       const ModelPromptHead& plan = p.heads[k];
-      const std::vector<std::int32_t> held = h.high_pages;
-      const auto high = static_cast<std::size_t>(ceil_div(static_cast<std::int64_t>(plan.high.size()), high_tpp_));
-      const auto low = static_cast<std::size_t>(ceil_div(static_cast<std::int64_t>(plan.low.size()), low_tpp_));
-      h.high_pages.assign(held.begin(), held.begin() + static_cast<std::ptrdiff_t>(high));
-      h.low_pages.clear();
-      for (std::size_t i = high; i < held.size() && i < high + low; ++i) h.low_pages.push_back(held[i]);
-      while (h.low_pages.size() < low) h.low_pages.push_back(take());
-      for (std::size_t i = high + low; i < held.size(); ++i) give(held[i]);
-      h.high_live = std::set<std::int32_t>(plan.high.begin(), plan.high.end());
-      h.low_live = std::set<std::int32_t>(plan.low.begin(), plan.low.end());
+      const std::vector<std::int32_t>* kept[2] = {&plan.high, &plan.low};
+      std::size_t next = 0;
+      for (int tier : {0, 1}) {
+        const std::int64_t tpp = tokens_per_page(tier);
+        h.pages[tier].clear();
+        for (std::int64_t i = 0; i < ceil_div(static_cast<std::int64_t>(kept[tier]->size()), tpp); ++i) {
+          ModelPage page{next < ids.size() ? ids[next++] : take(),
+                         std::vector<std::int32_t>(static_cast<std::size_t>(tpp), kModelDead)};
+          for (std::int64_t s = 0; s < tpp && i * tpp + s < static_cast<std::int64_t>(kept[tier]->size()); ++s) {
+            page.slots[static_cast<std::size_t>(s)] = (*kept[tier])[static_cast<std::size_t>(i * tpp + s)];
+          }
+          h.pages[tier].push_back(std::move(page));
+        }
+      }
+      for (; next < ids.size(); ++next) give(ids[next]);
     }
   }
   return ModelOutcome::kOk;
 }
 
-ModelOutcome PageManagerModel::decode(const std::vector<ModelDecodeOp>& ops) {
-  // Planning: which tier each head needs a page for (-1: none).
-  std::vector<int> page_tier(ops.size(), -1);
-  std::int64_t need = 0;
-  for (std::size_t k = 0; k < ops.size(); ++k) {
-    const ModelDecodeOp& op = ops[k];
-    const ModelHead& h = requests_.at(op.request).heads[static_cast<std::size_t>(op.layer * kv_heads_ + op.head)];
-    auto high_live = static_cast<std::int64_t>(h.high_live.size());
-    auto low_live = static_cast<std::int64_t>(h.low_live.size());
-    if (op.evict) (op.evict->tier == 0 ? high_live : low_live) -= 1;
+void PageManagerModel::decode_head(ModelHead& h, const ModelDecodeOp& op) {
+  std::vector<ModelPage>& high = h.pages[0];
+  auto kill = [](ModelPage& page, std::int32_t position) {
+    *std::find(page.slots.begin(), page.slots.end(), position) = kModelDead;
+  };
+  auto page_of = [&](int tier, std::int32_t position) -> ModelPage& {
+    for (ModelPage& p : h.pages[tier]) {
+      if (std::find(p.slots.begin(), p.slots.end(), position) != p.slots.end()) return p;
+    }
+    throw std::logic_error("page manager model: the position is not live");
+  };
+  auto put_first_dead = [&](int tier, std::int32_t position) {
+    const auto [page, slot] = first_dead(h, tier);
+    h.pages[tier][page].slots[slot] = position;
+  };
+  if (op.flush && h.live_count(0) > 0) {
+    for (ModelPage& p : high) {
+      for (std::int32_t& s : p.slots) {
+        if (!live_slot(s)) continue;
+        put_first_dead(1, s);
+        s = kModelDead;
+      }
+    }
+    for (std::size_t i = 1; i < high.size(); ++i) give(high[i].id);
+    high.resize(1);
+    high[0].slots[0] = op.position;
+    return;
+  }
+  if (op.slots == ModelSlots::kSlotReuse || op.flush) {
+    if (op.evict) kill(page_of(op.evict->tier, op.evict->position), op.evict->position);
     if (op.demote) {
-      high_live -= 1;
-      if (low_live == static_cast<std::int64_t>(h.low_pages.size()) * low_tpp_) page_tier[k] = 1;
-      low_live += 1;
+      kill(page_of(0, *op.demote), *op.demote);
+      put_first_dead(1, *op.demote);
     }
-    if (high_live == static_cast<std::int64_t>(h.high_pages.size()) * high_tpp_) {
-      if (page_tier[k] != -1) throw std::logic_error("page manager model: two new pages for one head");
-      page_tier[k] = 0;
-    }
-    const std::int64_t entries = static_cast<std::int64_t>(h.high_pages.size() + h.low_pages.size());
-    if (page_tier[k] != -1) {
-      if (entries + 1 > table_length()) return ModelOutcome::kTableFull;
-      ++need;
+    put_first_dead(0, op.position);
+    return;
+  }
+  // The appending strategies: the slot after the last live one of the last high page, now.
+  std::optional<std::pair<std::int32_t, std::size_t>> at;  // page id, slot
+  if (!high.empty()) {
+    const std::vector<std::int32_t>& slots = high.back().slots;
+    const auto last = std::find_if(slots.rbegin(), slots.rend(), live_slot);
+    const auto next = static_cast<std::size_t>(slots.rend() - last);
+    if (next < slots.size()) at = std::pair{high.back().id, next};
+  }
+  if (op.evict) {
+    ModelPage& victim = page_of(op.evict->tier, op.evict->position);
+    kill(victim, op.evict->position);
+    if (op.slots == ModelSlots::kFreeBlock && std::none_of(victim.slots.begin(), victim.slots.end(), live_slot) &&
+        !(at && at->first == victim.id)) {
+      give(victim.id);
+      std::vector<ModelPage>& side = h.pages[op.evict->tier];
+      side.erase(std::find_if(side.begin(), side.end(), [&](const ModelPage& p) { return p.id == victim.id; }));
     }
   }
-  if (need > static_cast<std::int64_t>(free_.size())) return ModelOutcome::kPoolExhausted;
-  for (std::size_t k = 0; k < ops.size(); ++k) {
-    const ModelDecodeOp& op = ops[k];
-    ModelRequest& r = requests_.at(op.request);
-    ModelHead& h = r.heads[static_cast<std::size_t>(op.layer * kv_heads_ + op.head)];
-    if (page_tier[k] == 0) h.high_pages.push_back(take());
-    if (page_tier[k] == 1) h.low_pages.push_back(take());
-    if (op.evict) (op.evict->tier == 0 ? h.high_live : h.low_live).erase(op.evict->position);
-    if (op.demote) {
-      h.high_live.erase(*op.demote);
-      h.low_live.insert(*op.demote);
-    }
-    h.high_live.insert(op.position);
+  if (!at) {
+    high.push_back(new_page(0));
+    at = std::pair{high.back().id, std::size_t{0}};
+  }
+  for (ModelPage& p : high) {
+    if (p.id == at->first) p.slots[at->second] = op.position;
+  }
+}
+
+ModelOutcome PageManagerModel::decode(const std::vector<ModelDecodeOp>& ops) {
+  // The step runs on a copy, kept only when it fits.
+  PageManagerModel next = *this;
+  bool table_full = false;
+  for (const ModelDecodeOp& op : ops) {
+    ModelHead& h = next.head(op.request, op.layer, op.head);
+    const std::int64_t entries = static_cast<std::int64_t>(h.pages[0].size() + h.pages[1].size());
+    const std::int64_t taken = next.taken_;
+    next.decode_head(h, op);
+    if (next.taken_ > taken && entries + (next.taken_ - taken) > table_length()) table_full = true;
+    ModelRequest& r = next.requests_.at(op.request);
     if (op.position >= r.next_position) r.next_position = op.position + 1;
   }
+  if (table_full) return ModelOutcome::kTableFull;
+  if (next.taken_ - taken_ > static_cast<std::int64_t>(free_.size())) return ModelOutcome::kPoolExhausted;
+  if (std::any_of(ops.begin(), ops.end(), [](const ModelDecodeOp& op) {
+        return op.slots == ModelSlots::kSparseCopy && op.evict.has_value();
+      })) {
+    next.repack();
+  }
+  *this = std::move(next);
   return ModelOutcome::kOk;
 }
 
 void PageManagerModel::release(std::int64_t request) {
   ModelRequest& r = requests_.at(request);
   for (ModelHead& h : r.heads) {
-    for (std::int32_t id : h.high_pages) give(id);
-    for (std::int32_t id : h.low_pages) give(id);
+    for (int tier : {0, 1}) {
+      for (const ModelPage& p : h.pages[tier]) give(p.id);
+    }
   }
   requests_.erase(request);
 }
 
-void PageManagerModel::compact() {
+void PageManagerModel::repack() {
   for (auto& [id, r] : requests_) {
     for (ModelHead& h : r.heads) {
-      const auto high = static_cast<std::size_t>(ceil_div(static_cast<std::int64_t>(h.high_live.size()), high_tpp_));
-      const auto low = static_cast<std::size_t>(ceil_div(static_cast<std::int64_t>(h.low_live.size()), low_tpp_));
-      for (std::size_t i = high; i < h.high_pages.size(); ++i) give(h.high_pages[i]);
-      for (std::size_t i = low; i < h.low_pages.size(); ++i) give(h.low_pages[i]);
-      if (h.high_pages.size() > high) h.high_pages.resize(high);
-      if (h.low_pages.size() > low) h.low_pages.resize(low);
+      for (int tier : {0, 1}) {
+        std::vector<ModelPage>& pages = h.pages[tier];
+        const auto keep = static_cast<std::size_t>(ceil_div(h.live_count(tier), tokens_per_page(tier)));
+        for (std::size_t i = keep; i < pages.size(); ++i) {
+          for (std::int32_t& s : pages[i].slots) {
+            if (!live_slot(s)) continue;
+            const auto [page, slot] = first_dead(h, tier);  // in a kept page: they have room
+            pages[page].slots[slot] = s;
+            s = kModelDead;
+          }
+        }
+        for (std::size_t i = keep; i < pages.size(); ++i) give(pages[i].id);
+        if (pages.size() > keep) pages.resize(keep);
+      }
     }
   }
 }

@@ -1,12 +1,12 @@
 // The sequential model of LeanKV's unified page manager (docs/design.md §6): what the
 // free list and every page table must hold after each command. Plain and slow on purpose: free
 // ids are a deque (the circular run read from the start pointer), heads are processed one by one,
-// and live tokens are sets of positions. It knows nothing of optimized/ (oracles depend only on
+// and every page lists the token position each of its slots holds. It knows nothing of optimized/ (oracles depend only on
 // reference/); the properties hold the engine, parallel and sequential, against it.
 //
 // Definitions (the engine must reproduce them exactly):
 //   - Heads are ordered by request (admission batch order for the prompt phase, op order for a
-//     decode step, ascending request id for compaction), then layer, then kv-head.
+//     decode step, ascending request id for a repack), then layer, then kv-head.
 //   - Allocation takes ids from the front of the free run, head after head; recycling appends
 //     ids at the back, head after head. A round's allocations are checked against the free count
 //     before the round (ids recycled in a round are not reused in the same round).
@@ -18,11 +18,30 @@
 //     low pages (the low side in that order), allocates max(0, H + L - P) more low pages
 //     (L = ceil(l / b); the +1 of the table length covers H + L = ceil(n / a) + 1) and recycles
 //     the rest in order. Both rounds are checked together before anything changes.
-//   - Decode step, per head: evict a live slot (optional), demote a live high token to low
-//     (optional: the low tier takes a free slot, a new low page when full), append the new token
-//     at high (a free slot, a new high page when full). At most one new page per head; none freed.
-//   - Compaction: per head and tier, ceil(live / tokens_per_page) pages stay (the outermost ones);
-//     the others are recycled, high before low, each in table order.
+//   - Slots: token k a prompt keeps in a tier is in page k / tpp, slot k % tpp of that tier
+//     (in the order the plan lists them). "The first dead slot" of a tier is the first in table
+//     order, slot order; the walk order of a head is its high pages, then its low pages, each in
+//     table order and slot order (what a decode op's live-token indices count in).
+//   - Decode step, per head, under the op's slot strategy:
+//       slot-reuse  evict a live token (optional; its slot dies), demote a live high token
+//                   (optional: it moves to the first dead low slot, a new low page when there is
+//                   none), then the new token takes the first dead high slot (a new high page when
+//                   there is none);
+//       no-op, free-block, sparse-copy: the new token goes after the last live slot of the last
+//                   high page as it is before the eviction (a new high page when that is its
+//                   last slot, or there is no high page); the victim's slot dies; free-block also
+//                   gives the victim's page back when it holds no live token and is not where the
+//                   new token goes; no demotion;
+//       flush       (a head that holds high tokens; otherwise as slot-reuse) every live high
+//                   token, in walk order, moves to the first dead low slot (a new low page when
+//                   there is none), the high pages but the first are given back in table order,
+//                   and the new token takes slot 0 of the first; no victim, no demotion.
+//     A head's new pages must fit its table beside the pages it holds before the step (pages it
+//     gives back do not make room). After the step, when a sparse-copy op evicted, the whole
+//     pool is repacked as below (SpvLLM's sparse copy).
+//   - Repack: per head and tier, ceil(live / tokens_per_page) pages stay (the outermost ones);
+//     the live slots of the others move, in table and slot order, into the first dead slots of
+//     the kept ones, and the others are recycled, high before low, each in table order.
 //   - Finish / preempt: every page of the request is recycled, head after head, high pages in
 //     table order then low pages in table order.
 //   - Failures change nothing: kTableFull (a head would need more table entries than it has;
@@ -34,13 +53,29 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <utility>
 #include <vector>
 
 namespace kvcheck {
 
+inline constexpr std::int32_t kModelDead = -1;
+
+struct ModelPage {
+  std::int32_t id = 0;
+  std::vector<std::int32_t> slots;  // the token position each slot holds; kModelDead when none
+};
+
+struct ModelSlot {
+  int tier = 0;
+  std::int32_t position = 0;
+  bool operator==(const ModelSlot&) const = default;
+};
+
 struct ModelHead {
-  std::vector<std::int32_t> high_pages, low_pages;  // in table order (index 0 outermost)
-  std::set<std::int32_t> high_live, low_live;       // live token positions per tier
+  std::vector<ModelPage> pages[2];  // per tier (0 high, 1 low), in table order (index 0 outermost)
+  std::set<std::int32_t> live(int tier) const;
+  std::int64_t live_count(int tier) const;
+  std::vector<ModelSlot> walk() const;  // the live tokens in walk order
 };
 
 struct ModelRequest {
@@ -59,16 +94,17 @@ struct ModelPrompt {
   std::vector<ModelPromptHead> heads;
 };
 
-struct ModelSlot {
-  int tier = 0;
-  std::int32_t position = 0;
-};
+// SpvLLM's slot strategies (optimized/step_decision.h, which oracles do not include).
+enum class ModelSlots { kNoOp, kFreeBlock, kSparseCopy, kSlotReuse };
+
 struct ModelDecodeOp {
   std::int64_t request = 0;
   std::int64_t layer = 0, head = 0;
   std::int32_t position = 0;           // the new token's position (appended at high)
   std::optional<ModelSlot> evict;      // a live token to drop
-  std::optional<std::int32_t> demote;  // a live high token to move to low
+  std::optional<std::int32_t> demote;  // a live high token to move to low (slot-reuse only)
+  bool flush = false;                  // every high token moves to low (no evict, no demote)
+  ModelSlots slots = ModelSlots::kSlotReuse;
 };
 
 enum class ModelOutcome { kOk, kPoolExhausted, kTableFull };
@@ -90,7 +126,9 @@ class PageManagerModel {
   ModelOutcome prompt(const std::vector<ModelPrompt>& batch);
   ModelOutcome decode(const std::vector<ModelDecodeOp>& ops);
   void release(std::int64_t request);  // finish or preempt
-  void compact();
+  void repack();
+  ModelHead& head(std::int64_t request, std::int64_t layer, std::int64_t head);
+  const ModelHead& head(std::int64_t request, std::int64_t layer, std::int64_t head) const;
 
   const std::deque<std::int32_t>& free_run() const { return free_; }
   std::int64_t start() const { return start_; }  // the free list's start pointer
@@ -99,6 +137,11 @@ class PageManagerModel {
  private:
   std::int32_t take();
   void give(std::int32_t id) { free_.push_back(id); }
+  ModelPage new_page(int tier);  // taken from the free run, every slot dead
+  // The first dead slot of a tier, taking a new page when there is none: {page index, slot}.
+  std::pair<std::size_t, std::size_t> first_dead(ModelHead& h, int tier);
+  void decode_head(ModelHead& h, const ModelDecodeOp& op);
+  std::int64_t taken_ = 0;  // ids taken since construction (a step's demand, by difference)
 
   std::int64_t pool_pages_, layers_, kv_heads_, high_tpp_, low_tpp_, max_seq_len_;
   std::deque<std::int32_t> free_;

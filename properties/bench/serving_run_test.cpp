@@ -47,7 +47,7 @@ TEST(ServingRun, NothingLostAndTheCountsAddUp) {
   for (const ServingRequest& r : rs) asked += r.output_tokens;
   // The budget: the pages of 3 full-context requests.
   auto probe = make_engine(model, EngineOptions{.policy = "full-fp16", .pages = 1, .page_bytes = 1024});
-  const std::int64_t per_request = probe->cache->pages_for(c.max_position_embeddings);
+  const std::int64_t per_request = probe->cache->request_pages(c.max_position_embeddings);
   const std::int64_t budget = 3 * per_request * 1024;
   for (const auto& [policy, contiguous] : std::vector<std::pair<std::string, bool>>{
            {"full-fp16", true}, {"full-fp16", false}, {"int8", false}, {"h2o:budget=32", false}}) {
@@ -111,8 +111,8 @@ TEST(ServingRun, AReservationLargerThanThePoolIsRejectedAtSubmission) {
   const ModelConfig c = tiny_config({.max_positions = 256});
   const ReferenceModel model = tiny_model(c, 5);
   auto engine = make_engine(model, EngineOptions{.policy = "full-fp16", .pages = 20, .page_bytes = 1024});
-  ASSERT_GT(engine->cache->pages_for(256), 20);
-  ASSERT_LE(engine->cache->pages_for(100), 20);
+  ASSERT_GT(engine->cache->request_pages(256), 20);
+  ASSERT_LE(engine->cache->request_pages(100), 20);
   SchedulerConfig sc;
   sc.reserve_tokens = 256;
   Scheduler s(*engine->runner, sc);

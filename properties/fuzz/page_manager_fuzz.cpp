@@ -1,5 +1,5 @@
 // The page manager driven by a command stream from the fuzzer's bytes (see fuzz_targets.h):
-// admit + prompt phase, decode steps (evict, demote, flush, each slot strategy), compaction,
+// admit + prompt phase, decode steps (evict, demote, flush, each slot strategy), repacking,
 // finish and preempt on a small pool, with the invariants of docs/design.md §6
 // checked after every command, and "a failed operation changes nothing" checked after every
 // InputError or PoolExhausted.
@@ -129,7 +129,7 @@ int page_manager(const std::uint8_t* data, std::size_t size) {
           break;
         }
         case 1: {  // one decode step over some prompted requests
-          std::vector<DecodeOp> ops;
+          std::vector<DecodeHead> ops;
           for (const auto& entry : next_position) {
             const std::int64_t r = entry.first;  // (a structured binding cannot be captured by clang 14)
             const std::int32_t pos = entry.second;
@@ -137,30 +137,26 @@ int page_manager(const std::uint8_t* data, std::size_t size) {
             const SlotStrategy slots = kAllSlotStrategies[static_cast<std::size_t>(in.below(4))];
             for (std::int32_t l = 0; l < c.layers; ++l) {
               for (std::int32_t h = 0; h < c.kv_heads; ++h) {
-                DecodeOp op;
-                op.request = r;
-                op.layer = l;
-                op.head = h;
-                op.token = TokenPayload{pos, 0.0f};
-                op.slots = slots;
+                DecodeHead op{HeadKey{r, l, h}, TokenPayload{pos, 0.0f}, {}, slots};
                 const unsigned kind = in.next();
-                // Slots named by the bytes: some live, some not (the manager must refuse those).
-                auto slot = [&](int tier) {
-                  return SlotRef{tier, in.below(m.table(r, l, h).count(tier) + 1), in.below(9)};
-                };
-                if (kind & 1U) op.evict = slot(static_cast<int>(in.below(2)));
-                if (kind & 2U) op.demote = slot(kHighTier);
-                op.flush = (kind & 4U) != 0;
+                // Live tokens named by the bytes: some beyond the head's (the manager must refuse those).
+                const std::int64_t live = m.live_tokens(r, l, h, kHighTier) + m.live_tokens(r, l, h, kLowTier);
+                auto token = [&] { return static_cast<std::size_t>(in.below(live + 2)); };
+                if (kind & 1U) op.decision.evict = token();
+                if (kind & 2U) op.decision.demote = token();
+                op.decision.flush = (kind & 4U) != 0;
                 ops.push_back(op);
               }
             }
           }
           m.decode_step(ops);
-          for (const DecodeOp& op : ops) next_position[op.request] = std::max(next_position[op.request], op.token.position + 1);
+          for (const DecodeHead& op : ops) {
+            next_position[op.head.request] = std::max(next_position[op.head.request], op.token.position + 1);
+          }
           break;
         }
         case 2:
-          m.compact();
+          m.repack();
           break;
         case 3:
         case 4: {

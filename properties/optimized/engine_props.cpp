@@ -195,7 +195,7 @@ void check_preemption(PreemptionMode mode, int cases, PreemptionOutcome& outcome
       solo[g.id] = s.run().at(0);
       RC_ASSERT(solo[g.id].stop_reason != "error");
       const auto ctx = static_cast<std::int64_t>(g.prompt.size() + solo[g.id].tokens.size());
-      alone_max = std::max(alone_max, e->cache->pages_for(ctx));
+      alone_max = std::max(alone_max, e->cache->request_pages(ctx));
     }
     // Together, with a pool that holds the largest request alone but not the whole workload.
     const std::int64_t pages = alone_max + *rc::gen::inRange<std::int64_t>(0, 3);

@@ -199,8 +199,8 @@ TEST(Engine, PoolTooSmallForPromptKeepsNothing) {
   const ReferenceModel model = tiny_model(c, 5);
   auto engine = small_engine(model, "full-fp32", 6);
   const std::vector<std::int32_t> prompt = test_tokens(40, c.vocab_size, 1);
-  ASSERT_GT(engine->cache->pages_for(40), 6);
-  ASSERT_LE(engine->cache->pages_for(2), 6);
+  ASSERT_GT(engine->cache->request_pages(40), 6);
+  ASSERT_LE(engine->cache->request_pages(2), 6);
   EXPECT_THROW(engine->runner->prefill(0, prompt), PoolExhausted);
   EXPECT_FALSE(engine->cache->has(0));
   EXPECT_EQ(engine->cache->free_pages(), 6);

@@ -172,12 +172,12 @@ TEST(SchedulerFaults, RequestFillingThePoolRunsAloneOrFailsNeverWaits) {
   std::int64_t tokens = 1;  // the longest prompt whose pages are all full
   {
     auto probe = engine_with(model, "int8", 0);
-    while (probe->cache->pages_for(tokens + 1) == probe->cache->pages_for(tokens)) ++tokens;
+    while (probe->cache->request_pages(tokens + 1) == probe->cache->request_pages(tokens)) ++tokens;
   }
   auto e = engine_with(model, "int8", 0);
-  const std::int64_t pool = e->cache->pages_for(tokens);
+  const std::int64_t pool = e->cache->request_pages(tokens);
   e = engine_with(model, "int8", pool);
-  ASSERT_GT(e->cache->pages_for(tokens + 1), e->cache->pool_pages());
+  ASSERT_GT(e->cache->request_pages(tokens + 1), e->cache->pool_pages());
   const std::vector<std::int32_t> prompt = test_tokens(tokens, c.vocab_size, 3);
   Scheduler s(*e->runner, SchedulerConfig{});
   s.submit(request(1, prompt, 1));  // its one token comes from the prefill: no page more
@@ -205,7 +205,7 @@ TEST(SchedulerFaults, SwapBudgetFallsBackToRecompute) {
   for (std::int64_t i = 0; i < kRequests; ++i) prompts.push_back(test_tokens(20, c.vocab_size, 90 + static_cast<std::uint64_t>(i)));
   // Pages for about two and a half requests at full length: the batch must preempt.
   auto probe = engine_with(model, "full-fp16", 0);
-  const std::int64_t pages = probe->cache->pages_for(20 + kTokens) * 5 / 2;
+  const std::int64_t pages = probe->cache->request_pages(20 + kTokens) * 5 / 2;
   for (const std::int64_t budget : {std::int64_t{1}, std::int64_t{0}}) {
     auto e = engine_with(model, "full-fp16", pages);
     std::vector<std::string> log;

@@ -29,6 +29,23 @@ PageManagerConfig figure5_config(CompactionMode mode) {
   return c;
 }
 
+// A decode step's decision for one head: evict or demote live token i (walk order), or flush.
+StepDecision evict(std::size_t i) {
+  StepDecision d;
+  d.evict = i;
+  return d;
+}
+StepDecision demote(std::size_t i) {
+  StepDecision d;
+  d.demote = i;
+  return d;
+}
+StepDecision flush_all() {
+  StepDecision d;
+  d.flush = true;
+  return d;
+}
+
 std::vector<PageId> side(const PageTable& t, int tier) {
   std::vector<PageId> ids;
   for (std::int64_t i = 0; i < t.count(tier); ++i) ids.push_back(t.at(tier, i));
@@ -112,15 +129,16 @@ TEST(UnifiedPageManager, Figure5PromptPhaseThenDecodeThenFinish) {
     EXPECT_EQ(m.bytes_held(0, 0, 1), 3 * 224);
     // Decode: head 0's high page is full, so it gets a new page (8); head 1 evicts a high token
     // and its new token takes that slot.
-    std::vector<DecodeOp> step{{0, 0, 0, {16, 0.5f}, std::nullopt, std::nullopt},
-                               {0, 0, 1, {16, 0.5f}, SlotRef{kHighTier, 1, 0}, std::nullopt}};
+    // (Live token 4 of head 1, in walk order, is high page 1, slot 0.)
+    std::vector<DecodeHead> step{{HeadKey{0, 0, 0}, {16, 0.5f}, {}},
+                                 {HeadKey{0, 0, 1}, {16, 0.5f}, evict(4)}};
     m.decode_step(step);
     EXPECT_EQ(side(m.table(0, 0, 0), kHighTier), (std::vector<PageId>{0, 8}));
     EXPECT_EQ(m.find_slot(0, 0, 1, kHighTier, 16), (SlotRef{kHighTier, 1, 0}));
     EXPECT_EQ(m.free_list().free_ids(), (std::vector<PageId>{9, 2, 3, 7}));
     // Demote: head 1 moves token 0 (high page 0, slot 0) to its low page, whose slots are full,
     // so it gets page 9; the new token takes the freed high slot.
-    std::vector<DecodeOp> step2{{0, 0, 1, {17, 0.5f}, std::nullopt, SlotRef{kHighTier, 0, 0}}};
+    std::vector<DecodeHead> step2{{HeadKey{0, 0, 1}, {17, 0.5f}, demote(0)}};
     m.decode_step(step2);
     EXPECT_EQ(side(m.table(0, 0, 1), kLowTier), (std::vector<PageId>{6, 9}));
     EXPECT_TRUE(m.pool().live(9, 0));
@@ -169,9 +187,9 @@ TEST(UnifiedPageManager, FlushMovesEveryHighTokenToLowAndRecyclesHighPages) {
     m.prompt_phase({&p, 1});
     ASSERT_EQ(m.table(0, 0, 0).count(kHighTier), 2);
     const std::int64_t free_before = m.free_list().free_count();
-    DecodeOp flush{0, 0, 0, TokenPayload{6, 0.0f}, std::nullopt, std::nullopt, true};
-    DecodeOp plain{0, 0, 1, TokenPayload{6, 0.0f}, std::nullopt, std::nullopt, false};
-    const std::vector<DecodeOp> ops{flush, plain};
+    DecodeHead flush{HeadKey{0, 0, 0}, TokenPayload{6, 0.0f}, flush_all()};
+    DecodeHead plain{HeadKey{0, 0, 1}, TokenPayload{6, 0.0f}, {}};
+    const std::vector<DecodeHead> ops{flush, plain};
     m.decode_step(ops);
     const PageTable& t = m.table(0, 0, 0);
     EXPECT_EQ(t.count(kHighTier), 1);
@@ -190,12 +208,55 @@ TEST(UnifiedPageManager, FlushMovesEveryHighTokenToLowAndRecyclesHighPages) {
     EXPECT_EQ(m.live_tokens(0, 0, 1, kHighTier), 7);
     EXPECT_EQ(m.table(0, 0, 1).count(kLowTier), 0);
     // A flush takes no victim.
-    DecodeOp bad = flush;
+    DecodeHead bad = flush;
     bad.token.position = 7;
-    bad.evict = SlotRef{kLowTier, 0, 0};
+    bad.decision.evict = 0;
     EXPECT_THROW(m.decode_step({&bad, 1}), InputError);
     m.finish(0);
     EXPECT_EQ(m.free_list().free_count(), 10);
+  }
+}
+
+// SpvLLM's strategies on two heads with 5 prompt tokens each (pages A, B: 4 + 1 tokens). Four
+// steps evict the oldest token: head 0 under free-block, head 1 under no-op. The new tokens go
+// after the last live slot of B; at the fourth step B is full and A empty: both heads take a new
+// page, and free-block returns A. Then a sparse-copy step in which only head 0 evicts repacks
+// every head: head 1's newest page moves into its emptied A and goes back.
+TEST(UnifiedPageManager, SlotStrategiesAppendFreeEmptiedPagesAndRepack) {
+  for (CompactionMode mode : {CompactionMode::kParallel, CompactionMode::kSequential}) {
+    UnifiedPageManager m(figure5_config(mode));
+    m.admit(0);
+    PromptRequest p{0, 5, {{5, 0, {}, {}}, {5, 0, {}, {}}}};
+    m.prompt_phase({&p, 1});
+    ASSERT_EQ(side(m.table(0, 0, 0), kHighTier), (std::vector<PageId>{0, 1}));
+    ASSERT_EQ(side(m.table(0, 0, 1), kHighTier), (std::vector<PageId>{2, 3}));
+    for (std::int32_t s = 0; s < 4; ++s) {
+      const std::vector<DecodeHead> step{
+          {HeadKey{0, 0, 0}, {5 + s, 0.0f}, evict(0), SlotStrategy::kFreeBlock},
+          {HeadKey{0, 0, 1}, {5 + s, 0.0f}, evict(0), SlotStrategy::kNoOp}};
+      m.decode_step(step);
+      if (s < 3) {
+        EXPECT_EQ(m.find_slot(0, 0, 0, kHighTier, 5 + s), (SlotRef{kHighTier, 1, s + 1}));
+        EXPECT_EQ(m.find_slot(0, 0, 1, kHighTier, 5 + s), (SlotRef{kHighTier, 1, s + 1}));
+      }
+    }
+    EXPECT_EQ(side(m.table(0, 0, 0), kHighTier), (std::vector<PageId>{1, 4}));
+    EXPECT_EQ(side(m.table(0, 0, 1), kHighTier), (std::vector<PageId>{2, 3, 5}));
+    EXPECT_EQ(m.free_list().free_ids(), (std::vector<PageId>{6, 7, 8, 9, 0}));
+    EXPECT_EQ(m.find_slot(0, 0, 0, kHighTier, 8), (SlotRef{kHighTier, 1, 0}));
+    // A demotion takes a freed slot, which the appending strategies never reuse.
+    const DecodeHead refused{HeadKey{0, 0, 0}, {9, 0.0f}, demote(0), SlotStrategy::kNoOp};
+    EXPECT_THROW(m.decode_step({&refused, 1}), InputError);
+    const std::vector<DecodeHead> sparse{
+        {HeadKey{0, 0, 0}, {9, 0.0f}, evict(0), SlotStrategy::kSparseCopy},
+        {HeadKey{0, 0, 1}, {9, 0.0f}, {}, SlotStrategy::kSparseCopy}};
+    m.decode_step(sparse);
+    EXPECT_EQ(side(m.table(0, 0, 0), kHighTier), (std::vector<PageId>{1, 4}));
+    EXPECT_EQ(m.find_slot(0, 0, 0, kHighTier, 9), (SlotRef{kHighTier, 1, 1}));
+    EXPECT_EQ(side(m.table(0, 0, 1), kHighTier), (std::vector<PageId>{2, 3}));
+    EXPECT_EQ(m.find_slot(0, 0, 1, kHighTier, 8), (SlotRef{kHighTier, 0, 0}));
+    EXPECT_EQ(m.find_slot(0, 0, 1, kHighTier, 9), (SlotRef{kHighTier, 0, 1}));
+    EXPECT_EQ(m.free_list().free_ids(), (std::vector<PageId>{6, 7, 8, 9, 0, 5}));
   }
 }
 

@@ -1,7 +1,8 @@
 // Stateful properties of LeanKV's unified page manager (optimized/unified_page_manager.h) against
 // the sequential model oracles/page_manager_model.h. Each case draws a small configuration and a
 // sequence of at least kMinCommands commands (admit, prompt phase with random per-head tier
-// choices, decode step with evict / demote / append, compaction, finish, preempt) and runs it on
+// choices, decode step with evict / demote / flush / append under each of SpvLLM's slot
+// strategies, repacking, finish, preempt) and runs it on
 // two engines at once, one in parallel compaction mode (threads forced on every round) and one in
 // sequential mode. After every command, for both engines:
 //   - every page id is in exactly one place (the free run or one table entry), free + used = pool;
@@ -9,9 +10,10 @@
 //     contiguous circular run, and parallel compaction gives exactly the sequential model's pages;
 //   - every table lists the model's pages, high from the left and low from the right, with only
 //     empty entries between them (no overlap), and pages are formatted for their owner and tier;
-//   - live slot counts and the live positions of each tier equal the model's, and every live
-//     slot's payload (position, score) is intact although free pages and dead slots are poisoned
-//     (0xFF: NaN score, position -1), which they are checked to be;
+//   - every slot of every page holds the model's token (or is dead where the model's is), and
+//     every live slot's payload (position, score) is intact although free pages and dead slots
+//     are poisoned (0xFF: NaN score, position -1), which they are checked to be; live counts
+//     are the live slots;
 //   - a finished or preempted request owns nothing;
 //   - a command the model rejects (pool exhausted, page table full) throws PoolExhausted /
 //     InputError and changes nothing.
@@ -111,43 +113,46 @@ void check_engine(const PageManagerModel& m, const UnifiedPageManager& e) {
         const PageTable& t = e.table(id, layer, head);
         const std::string where = t.key().where();
         RC_ASSERT(t.length() == m.table_length());
-        const auto high = static_cast<std::int64_t>(mh.high_pages.size());
-        const auto low = static_cast<std::int64_t>(mh.low_pages.size());
+        const auto high = static_cast<std::int64_t>(mh.pages[kHighTier].size());
+        const auto low = static_cast<std::int64_t>(mh.pages[kLowTier].size());
         RC_ASSERT(t.count(kHighTier) == high);
         RC_ASSERT(t.count(kLowTier) == low);
         RC_ASSERT(high + low <= t.length());
         const std::span<const PageId> entries = t.entries();
         for (std::int64_t i = 0; i < t.length(); ++i) {
-          const PageId want = i < high ? mh.high_pages[static_cast<std::size_t>(i)]
-                              : i >= t.length() - low ? mh.low_pages[static_cast<std::size_t>(t.length() - 1 - i)]
+          const PageId want = i < high ? mh.pages[kHighTier][static_cast<std::size_t>(i)].id
+                              : i >= t.length() - low ? mh.pages[kLowTier][static_cast<std::size_t>(t.length() - 1 - i)].id
                                                       : kNoPage;
           if (entries[static_cast<std::size_t>(i)] != want) RC_FAIL("table entry " + std::to_string(i) + " differs from the model");
         }
         used += high + low;
-        const std::set<std::int32_t>* model_live[2] = {&mh.high_live, &mh.low_live};
         for (int tier : {kHighTier, kLowTier}) {
-          std::set<std::int32_t> positions;
           std::int64_t live = 0;
           for (std::int64_t i = 0; i < t.count(tier); ++i) {
             const PageId pid = t.at(tier, i);
+            const std::vector<std::int32_t>& want = mh.pages[tier][static_cast<std::size_t>(i)].slots;
             places[static_cast<std::size_t>(pid)] += 1;
             RC_ASSERT(pool.owner(pid).tier == tier);
             RC_ASSERT(pool.owner(pid).head == (HeadKey{id, layer, head}));
+            RC_ASSERT(static_cast<std::int64_t>(want.size()) == pool.tokens_per_page(tier));
             for (std::int64_t s = 0; s < pool.tokens_per_page(tier); ++s) {
               const TokenPayload p = pool.payload(pid, s);
+              const std::int32_t model = want[static_cast<std::size_t>(s)];
               if (pool.live(pid, s)) {
                 ++live;
-                if (p.position < 0 || p.score != score_of(id, l, k, p.position) || !positions.insert(p.position).second) {
-                  RC_FAIL(where + ": live slot " + std::to_string(s) + " of page " +
-                          std::to_string(pid) + " lost its payload (position " + std::to_string(p.position) + ")");
+                if (p.position != model || p.score != score_of(id, l, k, p.position)) {
+                  RC_FAIL(where + ": live slot " + std::to_string(s) + " of page " + std::to_string(pid) +
+                          " holds position " + std::to_string(p.position) + ", the model's " + std::to_string(model));
                 }
+              } else if (model != kModelDead) {
+                RC_FAIL(where + ": slot " + std::to_string(s) + " of page " + std::to_string(pid) +
+                        " is dead, the model's holds position " + std::to_string(model));
               } else if (p.position != -1 || !std::isnan(p.score)) {
                 RC_FAIL(where + ": dead slot " + std::to_string(s) + " of page " +
                         std::to_string(pid) + " is not poisoned");
               }
             }
           }
-          RC_ASSERT(positions == *model_live[tier]);
           RC_ASSERT(e.live_tokens(id, layer, head, tier) == live);
         }
       }
@@ -288,6 +293,27 @@ struct Prompt : Cmd {
   }
 };
 
+SlotStrategy engine_slots(ModelSlots s) {
+  switch (s) {
+    case ModelSlots::kNoOp: return SlotStrategy::kNoOp;
+    case ModelSlots::kFreeBlock: return SlotStrategy::kFreeBlock;
+    case ModelSlots::kSparseCopy: return SlotStrategy::kSparseCopy;
+    case ModelSlots::kSlotReuse: return SlotStrategy::kSlotReuse;
+  }
+  return SlotStrategy::kSlotReuse;
+}
+
+// The index of a live token in a head's walk order, by the model (the decision's indices).
+std::size_t walk_index(const ModelHead& h, ModelSlot token) {
+  const std::vector<ModelSlot> walk = h.walk();
+  const auto it = std::find(walk.begin(), walk.end(), token);
+  RC_ASSERT(it != walk.end());
+  return static_cast<std::size_t>(it - walk.begin());
+}
+
+// One decode step over one request, under one slot strategy (slot-reuse drawn twice as often).
+// Per head: a flush (a quarter of the heads), or an optional victim (any tier) and, under
+// slot-reuse, an optional demotion.
 struct Decode : Cmd {
   std::vector<ModelDecodeOp> ops;
   explicit Decode(const PageManagerModel& m) {
@@ -298,6 +324,8 @@ struct Decode : Cmd {
     RC_PRE(!ready.empty());
     const std::int64_t id = *rc::gen::elementOf(ready);
     const ModelRequest& r = m.requests().at(id);
+    const ModelSlots slots = *rc::gen::element(ModelSlots::kSlotReuse, ModelSlots::kSlotReuse, ModelSlots::kNoOp,
+                                               ModelSlots::kFreeBlock, ModelSlots::kSparseCopy);
     for (std::int64_t h = 0; h < m.heads_per_request(); ++h) {
       if (!*rc::gen::inRange(0, 4)) continue;  // a quarter of the heads skip the step
       const ModelHead& mh = r.heads[static_cast<std::size_t>(h)];
@@ -306,14 +334,20 @@ struct Decode : Cmd {
       op.layer = h / m.kv_heads();
       op.head = h % m.kv_heads();
       op.position = r.next_position;
-      std::set<std::int32_t> high = mh.high_live;
-      if (*rc::gen::inRange(0, 3) == 0 && (!mh.high_live.empty() || !mh.low_live.empty())) {
-        const int tier = mh.high_live.empty() ? 1 : mh.low_live.empty() ? 0 : *rc::gen::inRange(0, 2);
-        const std::set<std::int32_t>& pool = tier == 0 ? mh.high_live : mh.low_live;
-        op.evict = ModelSlot{tier, *rc::gen::elementOf(std::vector<std::int32_t>(pool.begin(), pool.end()))};
+      op.slots = slots;
+      if (*rc::gen::inRange(0, 4) == 0) {
+        op.flush = true;
+        ops.push_back(op);
+        continue;
+      }
+      const std::set<std::int32_t> live[2] = {mh.live(kHighTier), mh.live(kLowTier)};
+      std::set<std::int32_t> high = live[kHighTier];
+      if (*rc::gen::inRange(0, 3) == 0 && (!live[0].empty() || !live[1].empty())) {
+        const int tier = live[0].empty() ? 1 : live[1].empty() ? 0 : *rc::gen::inRange(0, 2);
+        op.evict = ModelSlot{tier, *rc::gen::elementOf(std::vector<std::int32_t>(live[tier].begin(), live[tier].end()))};
         if (tier == 0) high.erase(op.evict->position);
       }
-      if (*rc::gen::inRange(0, 3) == 0 && !high.empty()) {
+      if (slots == ModelSlots::kSlotReuse && *rc::gen::inRange(0, 3) == 0 && !high.empty()) {
         op.demote = *rc::gen::elementOf(std::vector<std::int32_t>(high.begin(), high.end()));
       }
       ops.push_back(op);
@@ -326,45 +360,38 @@ struct Decode : Cmd {
       RC_PRE(r.prompted);
       RC_PRE(op.position >= r.next_position && op.position < m.max_seq_len() + kPastMaxSeqLen);
       const ModelHead& mh = r.heads[static_cast<std::size_t>(op.layer * m.kv_heads() + op.head)];
-      if (op.evict) RC_PRE((op.evict->tier == 0 ? mh.high_live : mh.low_live).contains(op.evict->position));
-      if (op.demote) RC_PRE(mh.high_live.contains(*op.demote));
+      if (op.evict) RC_PRE(mh.live(op.evict->tier).contains(op.evict->position));
+      if (op.demote) RC_PRE(mh.live(kHighTier).contains(*op.demote));
     }
   }
   void apply(PageManagerModel& m) const override { m.decode(ops); }
   void run(const PageManagerModel& m, Sut& sut) const override {
     PageManagerModel next = m;
     const ModelOutcome outcome = next.decode(ops);
-    for (auto& e : sut.engines) {
-      std::vector<DecodeOp> step;
-      for (const ModelDecodeOp& op : ops) {
-        DecodeOp d;
-        d.request = op.request;
-        d.layer = static_cast<std::int32_t>(op.layer);
-        d.head = static_cast<std::int32_t>(op.head);
-        d.token = {op.position, score_of(op.request, op.layer, op.head, op.position)};
-        if (op.evict) {
-          const auto s = e->find_slot(op.request, d.layer, d.head, op.evict->tier, op.evict->position);
-          RC_ASSERT(s.has_value());
-          d.evict = *s;
-        }
-        if (op.demote) {
-          const auto s = e->find_slot(op.request, d.layer, d.head, kHighTier, *op.demote);
-          RC_ASSERT(s.has_value());
-          d.demote = *s;
-        }
-        step.push_back(d);
-      }
-      expect_outcome(outcome, *e, [&](UnifiedPageManager& x) { x.decode_step(step); });
+    std::vector<DecodeHead> step;
+    for (const ModelDecodeOp& op : ops) {
+      const ModelHead& mh = m.head(op.request, op.layer, op.head);
+      DecodeHead d{HeadKey{op.request, static_cast<std::int32_t>(op.layer), static_cast<std::int32_t>(op.head)},
+                   TokenPayload{op.position, score_of(op.request, op.layer, op.head, op.position)}, {},
+                   engine_slots(op.slots)};
+      if (op.evict) d.decision.evict = walk_index(mh, *op.evict);
+      if (op.demote) d.decision.demote = walk_index(mh, ModelSlot{kHighTier, *op.demote});
+      d.decision.flush = op.flush;
+      step.push_back(d);
     }
+    for (auto& e : sut.engines) expect_outcome(outcome, *e, [&](UnifiedPageManager& x) { x.decode_step(step); });
     g_counts.add(outcome);
     check_all(next, sut);
   }
   void show(std::ostream& os) const override {
+    static const char* const names[] = {"no-op", "free-block", "sparse-copy", "slot-reuse"};
     os << "Decode(";
     for (const ModelDecodeOp& op : ops) {
-      os << "[req " << op.request << " L" << op.layer << "H" << op.head << " pos " << op.position;
+      os << "[req " << op.request << " L" << op.layer << "H" << op.head << " pos " << op.position << " "
+         << names[static_cast<int>(op.slots)];
       if (op.evict) os << " evict t" << op.evict->tier << ":" << op.evict->position;
       if (op.demote) os << " demote " << *op.demote;
+      if (op.flush) os << " flush";
       os << "] ";
     }
     os << ")";
@@ -398,16 +425,16 @@ struct Release : Cmd {
   void show(std::ostream& os) const override { os << (preempt ? "Preempt(" : "Finish(") << id << ")"; }
 };
 
-struct Compact : Cmd {
-  explicit Compact(const PageManagerModel&) {}
-  void apply(PageManagerModel& m) const override { m.compact(); }
+struct Repack : Cmd {
+  explicit Repack(const PageManagerModel&) {}
+  void apply(PageManagerModel& m) const override { m.repack(); }
   void run(const PageManagerModel& m, Sut& sut) const override {
     PageManagerModel next = m;
     apply(next);
-    for (auto& e : sut.engines) e->compact();
+    for (auto& e : sut.engines) e->repack();
     check_all(next, sut);
   }
-  void show(std::ostream& os) const override { os << "Compact"; }
+  void show(std::ostream& os) const override { os << "Repack"; }
 };
 
 // ---- the sequences ---------------------------------------------------------------------------
@@ -453,7 +480,7 @@ TEST(UnifiedPagesProps, EngineMatchesTheSequentialModelAfterEveryCommand) {
     RC_TAG("tokens per page " + std::to_string(pool.tokens_per_page(0)) + "/" + std::to_string(pool.tokens_per_page(1)));
     check_all(model, sut);
     const auto commands = *at_least(kMinCommands, rc::state::gen::commands(
-        model, rc::state::gen::execOneOfWithArgs<Admit, Prompt, Decode, Decode, Decode, Release, Compact>()));
+        model, rc::state::gen::execOneOfWithArgs<Admit, Prompt, Decode, Decode, Decode, Release, Repack>()));
     g_counts.commands += static_cast<long>(commands.size());
     rc::state::runAll(commands, model, sut);
   });
