@@ -105,7 +105,7 @@ DecodeStepCheck check_decode_step(const DecodeStepInputs& in) {
     pruned = std::max(pruned, 0.0);
     // Logits moved by at most δ move the held distribution by at most tanh(δ/2) in total
     // variation (the worst: +δ on a set of mass 1/(1 + e^δ), -δ on the rest), and the output by
-    // at most that times the spread of the values, 2·max|v̂|. the original spec's ‖p̂ - p‖₁·max|v̂| with
+    // at most that times the spread of the values, 2·max|v̂|. The original spec's ‖p̂ - p‖₁·max|v̂| with
     // ‖p̂ - p‖₁ <= e^{2δ} - 1 is twice this or more; the tight form is what a tightness property
     // (StepOracleTightnessProps.LogitChangeTermIsReached) can hold to within 10%.
     const double quant = 2.0 * std::tanh(delta / 2.0) * vhat_max + dv_max;
