@@ -10,8 +10,8 @@
 #include "cli/engine_options.h"
 #include "cli/eval_files.h"
 #include "cli/fp8_calibration.h"
-#include "cli/verify_step_oracle.h"
 #include "optimized/engine.h"
+#include "oracles/engine_step_oracle.h"
 #include "oracles/eval_retrieval.h"
 #include "reference/errors.h"
 #include "reference/tokenizer.h"
@@ -210,7 +210,7 @@ AccuracyRow measure_accuracy(const ReferenceModel& model, const AccuracyInputs& 
 
   if (oracle_prompts > 0) {
     std::unique_ptr<Engine> checked = make_engine(model, single_request_engine_options(args, run_spec));
-    VerifyStepOracle oracle(*checked);
+    EngineStepOracle oracle(*checked);
     const auto n = std::min<std::size_t>(static_cast<std::size_t>(oracle_prompts), inputs.prompts.size());
     for (std::size_t p = 0; p < n; ++p) {
       oracle.begin(inputs.prompts[p].source);

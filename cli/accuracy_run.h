@@ -8,7 +8,7 @@
 //   memory     where the bytes are: tokens held per layer and bytes per (layer, kv head) at the
 //              last step, and the pool's internal fragmentation at every decode step;
 //   retrieval  items of the retrieval set, greedy exact match, overall and per length and task;
-//   oracle     optionally, the per-step oracle (cli/verify_step_oracle.h) on the first prompts.
+//   oracle     optionally, the per-step oracle (oracles/engine_step_oracle.h) on the first prompts.
 #pragma once
 
 #include <cstdint>

@@ -27,9 +27,9 @@
 #include "cli/json_file.h"
 #include "cli/output_file.h"
 #include "cli/verify_prompts.h"
-#include "cli/verify_step_oracle.h"
 #include "cli/fp8_calibration.h"
 #include "cli/xkv_calibration.h"
+#include "oracles/engine_step_oracle.h"
 #include "oracles/accuracy_metrics.h"
 #include "oracles/eval_data.h"
 #include "oracles/metrics.h"
@@ -132,8 +132,8 @@ int run_verify(const VerifyArgs& args) {
   const std::vector<Prompt> prompts = make_prompts(args, dir, c, origin, &text_file);
   const bool greedy_feed = args.feed == "greedy";
   const auto V = static_cast<std::size_t>(c.vocab_size);
-  std::unique_ptr<VerifyStepOracle> oracle;
-  if (args.verify_each_step) oracle = std::make_unique<VerifyStepOracle>(*engine);
+  std::unique_ptr<EngineStepOracle> oracle;
+  if (args.verify_each_step) oracle = std::make_unique<EngineStepOracle>(*engine);
 
   std::vector<double> kls, nmses;
   double prefill_nmse_max = 0.0;

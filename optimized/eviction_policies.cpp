@@ -6,6 +6,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "optimized/policy_registry.h"
+
 namespace kvcheck {
 
 std::vector<std::int32_t> top_positions(std::span<const float> scores, std::int64_t candidates, std::int64_t count) {
@@ -214,6 +216,60 @@ std::unique_ptr<KvPolicy> make_snapkv_policy(std::int64_t budget, std::int64_t w
 std::unique_ptr<KvPolicy> make_pyramidkv_policy(std::int64_t budget, double ratio, std::int64_t window,
                                                 std::int64_t pool) {
   return std::make_unique<PyramidKvPolicy>(budget, ratio, window, pool);
+}
+
+
+PolicyEntry streaming_policy_entry() {
+  return {"streaming", "StreamingLLM: attention sinks plus a recent window, fp16",
+          {{"sinks", 4, 0, kMaxPolicyTokens, true, "first positions always kept"},
+           {"window", 60, 1, kMaxPolicyTokens, true, "most recent positions kept"}},
+          [](const PolicyParams& p) { return make_streaming_policy(p.integer("sinks"), p.integer("window")); },
+          [](std::int64_t b) {
+            const std::int64_t sinks = std::min<std::int64_t>(4, b / 2);
+            return fmt::format("streaming:sinks={},window={}", sinks, std::max<std::int64_t>(1, b - sinks));
+          }};
+}
+
+PolicyEntry h2o_policy_entry() {
+  return {"h2o", "H2O: heavy hitters by accumulated attention plus a recent window, one eviction per step, fp16",
+          {{"budget", 64, 1, kMaxPolicyTokens, true, "tokens per head"},
+           {"recent", 0.5, 0, 1, false, "share of the budget for the most recent positions (at least one)"}},
+          [](const PolicyParams& p) { return make_h2o_policy(p.integer("budget"), p["recent"]); },
+          [](std::int64_t b) { return fmt::format("h2o:budget={}", std::max<std::int64_t>(1, b)); }};
+}
+
+PolicyEntry snapkv_policy_entry() {
+  return {"snapkv", "SnapKV: prompt tokens chosen once by an observation window, generated tokens kept, fp16",
+          {{"budget", 64, 2, kMaxPolicyTokens, true, "prompt tokens per head"},
+           {"window", 32, 1, kMaxPolicyTokens, true, "observation window (last prompt queries), kept"},
+           {"pool", 7, 1, 101, true, "max-pooling width (odd)"}},
+          [](const PolicyParams& p) {
+            p.require(p.integer("window") < p.integer("budget"), "window must be smaller than budget");
+            p.require(p.integer("pool") % 2 == 1, "pool must be odd");
+            return make_snapkv_policy(p.integer("budget"), p.integer("window"), p.integer("pool"));
+          },
+          [](std::int64_t b) {
+            b = std::max<std::int64_t>(2, b);
+            return fmt::format("snapkv:budget={},window={}", b, std::min<std::int64_t>(32, b / 2));
+          }};
+}
+
+PolicyEntry pyramidkv_policy_entry() {
+  return {"pyramidkv", "PyramidKV: SnapKV's selection with per-layer prompt budgets falling with depth, fp16",
+          {{"budget", 64, 2, kMaxPolicyTokens, true, "mean prompt tokens per head over the layers"},
+           {"ratio", 20, 1, 1000, false, "first-to-last layer budget falls to budget / ratio"},
+           {"window", 8, 1, kMaxPolicyTokens, true, "observation window (last prompt queries), kept"},
+           {"pool", 7, 1, 101, true, "max-pooling width (odd)"}},
+          [](const PolicyParams& p) {
+            p.require(p.integer("window") < p.integer("budget"), "window must be smaller than budget");
+            p.require(p.integer("pool") % 2 == 1, "pool must be odd");
+            return make_pyramidkv_policy(p.integer("budget"), p["ratio"], p.integer("window"),
+                                         p.integer("pool"));
+          },
+          [](std::int64_t b) {
+            b = std::max<std::int64_t>(2, b);
+            return fmt::format("pyramidkv:budget={},window={}", b, std::min<std::int64_t>(8, b / 2));
+          }};
 }
 
 }  // namespace kvcheck

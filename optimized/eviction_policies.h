@@ -49,4 +49,10 @@ std::vector<std::int64_t> pyramid_budgets(std::int64_t mean, double ratio, std::
 // Max pooling with a centred window of `pool` positions (pool odd), clipped at the ends.
 std::vector<float> max_pool(std::span<const float> scores, std::int64_t pool);
 
+// Registry entries (optimized/policy_registry.h).
+PolicyEntry streaming_policy_entry();
+PolicyEntry h2o_policy_entry();
+PolicyEntry snapkv_policy_entry();
+PolicyEntry pyramidkv_policy_entry();
+
 }  // namespace kvcheck

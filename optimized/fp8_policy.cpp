@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "kernels/cpu/kv_bytes.h"
+#include "optimized/policy_registry.h"
 #include "reference/errors.h"
 
 namespace kvcheck {
@@ -113,6 +114,37 @@ std::unique_ptr<KvPolicy> make_fp8_policy(const Fp8Params& params) { return std:
 std::optional<Fp8Params> fp8_params_of(const KvPolicy& policy) {
   const auto* p = dynamic_cast<const Fp8Policy*>(&policy);
   return p ? std::optional<Fp8Params>(p->params()) : std::nullopt;
+}
+
+
+PolicyEntry fp8_policy_entry() {
+  constexpr double kFloatMin = 1.17549435e-38;  // the smallest normal float: a scale is at least that
+  return {"fp8", "every token kept, keys and values FP8 E4M3 with fp32 scales (optimized/fp8_policy.h)",
+          {{"scale", 0, 0, 2, true,
+            "prompt: per head, the prompt's amax / 448 (later tokens beyond it saturate); calibrated: per head, "
+            "measured on held-out windows before any request; page: per page, each page encoded once full "
+            "behind an fp16 residual of one page",
+            false, {"prompt", "calibrated", "page"}},
+           {"margin", 1, 0.125, 64, false, "calibrated: scale = margin x the windows' amax / 448"},
+           {"windows", 8, 1, 4096, true, "calibrated: held-out windows after the evaluated ones"},
+           {"k_scales", 0, kFloatMin, 1e30, false,
+            "calibrated: key scales, one per layer and kv head (layer major); verify and report measure them",
+            true},
+           {"v_scales", 0, kFloatMin, 1e30, false, "calibrated: value scales, as k_scales", true}},
+          [](const PolicyParams& p) {
+            Fp8Params f;
+            f.scale = static_cast<Fp8Scale>(p.integer("scale"));
+            f.margin = p["margin"];
+            f.windows = p.integer("windows");
+            f.k_scales = p.numbers("k_scales");
+            f.v_scales = p.numbers("v_scales");
+            const bool calibrated = f.scale == Fp8Scale::kCalibrated;
+            p.require(calibrated || (f.margin == 1 && f.windows == Fp8Params{}.windows &&
+                                     f.k_scales.empty() && f.v_scales.empty()),
+                      "margin, windows, k_scales and v_scales apply to scale=calibrated");
+            p.require(f.k_scales.size() == f.v_scales.size(), "k_scales and v_scales are given together");
+            return make_fp8_policy(f);
+          }};
 }
 
 }  // namespace kvcheck

@@ -37,4 +37,7 @@ std::unique_ptr<KvPolicy> make_fp8_policy(const Fp8Params& params);
 // The parameters of an fp8 policy, nullopt for any other.
 std::optional<Fp8Params> fp8_params_of(const KvPolicy& policy);
 
+// Registry entry (optimized/policy_registry.h).
+PolicyEntry fp8_policy_entry();
+
 }  // namespace kvcheck

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "optimized/eviction_policies.h"
+#include "optimized/policy_registry.h"
 
 namespace kvcheck {
 namespace {
@@ -83,6 +84,18 @@ class MiniKvPolicy final : public ResidualPolicy {
   MiniKvParams s_;
 };
 
+// KIVI's quantization parameters of a spec (kivi2, kivi4, minikv).
+KiviParams kivi_params(const PolicyParams& p, int bits) {
+  const std::int64_t g = p.integer("group");
+  p.require(g == 16 || g == 32 || g == 128, "group must be 16, 32 or 128");
+  p.require(p.integer("residual") % g == 0, fmt::format("residual must be a multiple of group ({})", g));
+  KiviParams k;
+  k.bits = bits;
+  k.group = g;
+  k.residual = p.integer("residual");
+  return k;
+}
+
 }  // namespace
 
 std::vector<std::int32_t> minikv_select(std::span<const float> scores, std::int64_t n, std::int64_t budget,
@@ -103,6 +116,39 @@ std::unique_ptr<KvPolicy> make_kivi_policy(const KiviParams& params) { return st
 
 std::unique_ptr<KvPolicy> make_minikv_policy(const KiviParams& quant, const MiniKvParams& selection) {
   return std::make_unique<MiniKvPolicy>(quant, selection);
+}
+
+
+PolicyEntry kivi_policy_entry(int bits) {
+  return {fmt::format("kivi{}", bits),
+          fmt::format("KIVI: every token kept, keys int{0} per channel over groups of tokens, values int{0} "
+                      "per token, behind an fp16 residual", bits),
+          {{"group", 32, 16, 128, true, "G: tokens per key channel group (16, 32, 128)"},
+           {"residual", 128, 16, kMaxPolicyTokens, true, "n_r: fp16 residual flushed when full (a multiple of G)"}},
+          [=](const PolicyParams& p) { return make_kivi_policy(kivi_params(p, bits)); }};
+}
+
+PolicyEntry minikv_policy_entry() {
+  return {"minikv",
+          "MiniKV: heavy hitters and a recent window chosen once at prefill, 2-bit KIVI (groups of 16) behind "
+          "an fp16 residual",
+          {{"budget", 64, 2, kMaxPolicyTokens, true, "mean prompt tokens kept per head"},
+           {"recent", 0.5, 0, 1, false, "share of the budget for the most recent positions (at least one)"},
+           {"pyramid", 1, 1, 1000, false, "1: uniform layer budgets; > 1: PyramidKV's, the last layer gets "
+                                          "budget / pyramid"},
+           {"group", 16, 16, 128, true, "G: tokens per key channel group (16, 32, 128)"},
+           {"value_group", 16, 1, 1024, true, "g: channels per value group (must divide head_dim)"},
+           {"residual", 128, 16, kMaxPolicyTokens, true, "n_r: fp16 residual flushed when full (a multiple of G)"}},
+          [](const PolicyParams& p) {
+            KiviParams q = kivi_params(p, 2);
+            q.value_group = p.integer("value_group");
+            MiniKvParams m;
+            m.budget = p.integer("budget");
+            m.recent = p["recent"];
+            m.pyramid = p["pyramid"];
+            return make_minikv_policy(q, m);
+          },
+          [](std::int64_t b) { return fmt::format("minikv:budget={}", std::max<std::int64_t>(2, b)); }};
 }
 
 }  // namespace kvcheck

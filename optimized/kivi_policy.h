@@ -54,4 +54,8 @@ std::unique_ptr<KvPolicy> make_minikv_policy(const KiviParams& quant, const Mini
 std::vector<std::int32_t> minikv_select(std::span<const float> scores, std::int64_t n, std::int64_t budget,
                                         double recent);
 
+// Registry entries (optimized/policy_registry.h).
+PolicyEntry kivi_policy_entry(int bits);  // kivi2, kivi4
+PolicyEntry minikv_policy_entry();
+
 }  // namespace kvcheck

@@ -1,8 +1,9 @@
 // Compression policies: one interface, one registry (docs/design.md §8).
 //
-// Uniform policies store every token at one precision for its whole life: full-fp32 (the exact
-// configuration, which must reproduce the reference), full-fp16 (vLLM's default cache), fp8
-// (E4M3 with one scale per head) and the per-token integer baselines int8 and int4. Residual
+// Uniform policies (optimized/uniform_policy.h) store every token at one precision for its whole
+// life: full-fp32 (the exact configuration, which must reproduce the reference), full-fp16 (vLLM's
+// default cache), fp8 (E4M3 with one scale per head) and the per-token integer baselines int8 and
+// int4. Residual
 // policies (optimized/kivi_policy.h: kivi2, kivi4, minikv) quantize keys per channel in groups of
 // tokens behind an fp16 residual. Eviction policies (optimized/eviction_policies.h:
 // streaming, h2o, snapkv, pyramidkv) also choose, per (request, layer, kv-head), which prompt tokens to keep
@@ -12,7 +13,9 @@
 // calibrated per-head scale, or a scale per page behind an fp16 residual of one page.
 //
 // A policy is named `name` or `name:key=value,key=value` (e.g. `h2o:budget=64,recent=0.25`);
-// `policy_names()` lists the names, `policy_help()` their parameters and defaults.
+// `policy_names()` lists the names, `policy_help()` their parameters and defaults. The registry
+// (optimized/policy_registry.cpp) lists every policy, one line each, its entry (name, parameters,
+// constructor) defined beside the policy; README, "Adding a policy".
 #pragma once
 
 #include <cstdint>
@@ -26,6 +29,8 @@
 #include "optimized/step_decision.h"
 
 namespace kvcheck {
+
+struct PolicyEntry;  // optimized/policy_registry.h
 
 // One kv-head's attention statistics from prefill (kernels/cpu/prefill_attention.h's column sums,
 // the maximum over the query heads of the group, as LeanKV aggregates GQA): for every prompt
@@ -87,10 +92,9 @@ class KvPolicy {
   // select_prompt's positions at high.
   virtual PromptSelection select_prompt_tiers(std::int32_t layer, std::int64_t prompt_len,
                                               const PromptScores& scores) const;
-  // Policies that weigh the layers against each other (XKV) select once every layer's scores are
-  // known: heads holds every head's scores (layer-major, kv-head minor); the default applies
+  // Every head's prompt selection at once, from every head's scores (layer-major, kv-head minor):
+  // policies that weigh the layers against each other (XKV) override it; the default applies
   // select_prompt_tiers head by head.
-  virtual bool selects_across_layers() const { return false; }
   virtual std::vector<PromptSelection> select_prompt_all(std::int64_t prompt_len, std::int64_t kv_heads,
                                                          std::span<const PromptScores> heads) const;
   // What the cache does with the slot an eviction frees (SpvLLM's strategies; LeanKV's unified
@@ -118,6 +122,7 @@ class KvPolicy {
                            std::int64_t /*page_bytes*/) {}
 };
 
+// The registry (optimized/policy_registry.cpp).
 // Registered policy names, in registration order.
 std::vector<std::string> policy_names();
 // One line per policy: name, parameters with their defaults, description.

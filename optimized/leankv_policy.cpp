@@ -6,6 +6,8 @@
 #include <functional>
 #include <vector>
 
+#include "optimized/policy_registry.h"
+
 namespace kvcheck {
 
 double leankv_significance(const LiveToken& t, std::int32_t new_position) {
@@ -194,6 +196,46 @@ std::pair<std::int64_t, std::int64_t> leankv_static_counts(const LeanKvParams& p
   const std::int64_t outside = std::max<std::int64_t>(0, context - params.window);
   const std::int64_t high = std::min(params.static_high, outside);
   return {std::min(params.window, context) + high, std::min(params.static_low, outside - high)};
+}
+
+
+PolicyEntry leankv_policy_entry() {
+  auto bits = [](const char* key, double value, const char* help) {
+    return PolicyParam{key, value, 2, 16, true, help};
+  };
+  return {"leankv",
+          "LeanKV: high / low precision tiers and pruning by attention significance, Algorithm 1 while decoding",
+          {{"alpha_h", 1.0, 0, 1e6, false, "high tier at significance >= alpha_h / N"},
+           {"alpha_l", 0.02, 0, 1e6, false, "low tier at significance >= alpha_l / N, else pruned"},
+           {"window", 64, 1, kMaxPolicyTokens, true, "recent positions always at high"},
+           bits("high_k", 8, "high tier key bits (2, 4, 8; 16: fp16)"),
+           bits("high_v", 4, "high tier value bits"),
+           bits("low_k", 4, "low tier key bits"),
+           bits("low_v", 2, "low tier value bits"),
+           {"static_high", -1, -1, kMaxPolicyTokens, true,
+            "static mode when >= 0 (with static_low; alphas unused): every head keeps the window plus this "
+            "many of its most significant other tokens at high"},
+           {"static_low", -1, -1, kMaxPolicyTokens, true, "static mode: the next this many at low"}},
+          [](const PolicyParams& p) {
+            for (const char* key : {"high_k", "high_v", "low_k", "low_v"}) {
+              const std::int64_t b = p.integer(key);
+              p.require(b == 2 || b == 4 || b == 8 || b == 16, fmt::format("{} must be 2, 4, 8 or 16", key));
+            }
+            p.require(p["alpha_l"] <= p["alpha_h"], "alpha_l must not exceed alpha_h");
+            p.require((p.integer("static_high") < 0) == (p.integer("static_low") < 0),
+                      "static_high and static_low are set together (both -1: the dynamic mode)");
+            LeanKvParams lp;
+            lp.alpha_h = p["alpha_h"];
+            lp.alpha_l = p["alpha_l"];
+            lp.window = p.integer("window");
+            lp.high_k = static_cast<int>(p.integer("high_k"));
+            lp.high_v = static_cast<int>(p.integer("high_v"));
+            lp.low_k = static_cast<int>(p.integer("low_k"));
+            lp.low_v = static_cast<int>(p.integer("low_v"));
+            lp.static_high = p.integer("static_high");
+            lp.static_low = p.integer("static_low");
+            return make_leankv_policy(lp);
+          }};
 }
 
 }  // namespace kvcheck

@@ -65,4 +65,7 @@ std::pair<std::int64_t, std::int64_t> leankv_static_counts(const LeanKvParams& p
 // The significance of a live token when `new_position` joins: score / (new_position - position).
 double leankv_significance(const LiveToken& t, std::int32_t new_position);
 
+// Registry entry (optimized/policy_registry.h).
+PolicyEntry leankv_policy_entry();
+
 }  // namespace kvcheck

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "optimized/eviction_policies.h"
+#include "optimized/policy_registry.h"
 
 namespace kvcheck {
 namespace {
@@ -40,6 +41,22 @@ class SpvLlmPolicy final : public KvPolicy {
 
 std::unique_ptr<KvPolicy> make_spvllm_policy(std::int64_t budget, double recent, SlotStrategy strategy) {
   return std::make_unique<SpvLlmPolicy>(budget, recent, strategy);
+}
+
+
+PolicyEntry spvllm_policy_entry() {
+  std::vector<std::string> strategies;
+  for (const SlotStrategy st : kAllSlotStrategies) strategies.push_back(slot_strategy_name(st));
+  return {"spvllm", "SpvLLM: H2O's eviction with one of SpvLLM's four slot strategies, fp16",
+          {{"budget", 64, 1, kMaxPolicyTokens, true, "tokens per head"},
+           {"recent", 0.5, 0, 1, false, "share of the budget for the most recent positions (at least one)"},
+           {"strategy", 3, 0, 3, true, "what happens to an evicted slot: no-op, free-block, sparse-copy, slot-reuse",
+            false, strategies}},
+          [](const PolicyParams& p) {
+            return make_spvllm_policy(p.integer("budget"), p["recent"],
+                                      kAllSlotStrategies[static_cast<std::size_t>(p.integer("strategy"))]);
+          },
+          [](std::int64_t b) { return fmt::format("spvllm:budget={}", std::max<std::int64_t>(1, b)); }};
 }
 
 }  // namespace kvcheck

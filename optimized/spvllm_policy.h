@@ -14,4 +14,7 @@ namespace kvcheck {
 
 std::unique_ptr<KvPolicy> make_spvllm_policy(std::int64_t budget, double recent, SlotStrategy strategy);
 
+// Registry entry (optimized/policy_registry.h).
+PolicyEntry spvllm_policy_entry();
+
 }  // namespace kvcheck

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "optimized/eviction_policies.h"
+#include "optimized/policy_registry.h"
 #include "reference/errors.h"
 
 namespace kvcheck {
@@ -141,7 +142,6 @@ class XkvPolicy final : public KvPolicy {
   std::vector<KvTier> tiers() const override { return {KvTier{fp16_format(), fp16_format()}}; }
   bool evicts() const override { return true; }
   std::int64_t observation_window() const override { return p_.window; }
-  bool selects_across_layers() const override { return true; }
   const XkvParams& params() const { return p_; }
 
   std::vector<PromptSelection> select_prompt_all(std::int64_t n, std::int64_t kv_heads,
@@ -193,6 +193,36 @@ std::unique_ptr<KvPolicy> make_xkv_policy(std::int64_t budget, double retention,
 std::optional<XkvParams> xkv_params_of(const KvPolicy& policy) {
   const auto* x = dynamic_cast<const XkvPolicy*>(&policy);
   return x ? std::optional<XkvParams>(x->params()) : std::nullopt;
+}
+
+
+PolicyEntry xkv_policy_entry() {
+  return {"xkv", "XKV: SnapKV's selection with per-layer budgets from greedy importance retention, fp16",
+          {{"budget", 64, 2, kMaxPolicyTokens, true, "mean prompt tokens per head over the layers"},
+           {"retention", 0, 0, 1, false, "if > 0: allocate until the mean retention reaches it (no budget)"},
+           {"window", 8, 1, kMaxPolicyTokens, true, "observation window (last prompt queries), kept"},
+           {"pool", 7, 1, 101, true, "average-pooling width (odd)"},
+           {"layers", 0, 0, kMaxPolicyTokens, true,
+            "if set: fixed prompt tokens per head of each layer besides the window, one per layer, e.g. "
+            "40/24/8 (the averaged allocation; verify --xkv-calibrate computes it); replaces budget",
+            true}},
+          [](const PolicyParams& p) {
+            XkvParams xp;
+            xp.budget = p.integer("budget");
+            xp.retention = p["retention"];
+            xp.window = p.integer("window");
+            xp.pool = p.integer("pool");
+            xp.layers = p.integers("layers");
+            p.require(xp.layers.empty() || xp.retention == 0, "layers and retention exclude each other");
+            p.require(!xp.layers.empty() || xp.retention > 0 || xp.window < xp.budget,
+                      "window must be smaller than budget");
+            p.require(xp.pool % 2 == 1, "pool must be odd");
+            return make_xkv_policy(xp);
+          },
+          [](std::int64_t b) {
+            b = std::max<std::int64_t>(2, b);
+            return fmt::format("xkv:budget={},window={}", b, std::min<std::int64_t>(8, b / 2));
+          }};
 }
 
 }  // namespace kvcheck

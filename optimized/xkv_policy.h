@@ -82,4 +82,7 @@ std::unique_ptr<KvPolicy> make_xkv_policy(std::int64_t budget, double retention,
 // The parameters of an xkv policy, or nullopt for any other policy.
 std::optional<XkvParams> xkv_params_of(const KvPolicy& policy);
 
+// Registry entry (optimized/policy_registry.h).
+PolicyEntry xkv_policy_entry();
+
 }  // namespace kvcheck

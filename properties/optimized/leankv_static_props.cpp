@@ -1,7 +1,7 @@
 // LeanKV's static mode (optimized/leankv_policy.h) beside its dynamic mode: the prompt ranking is
 // the one the dynamic thresholds cut, so a static head given the dynamic head's own counts keeps
 // exactly the dynamic head's tiers; the decode rule on hand-computed cases; and the counts it
-// holds. The per-step oracle (EvictionProps) checks the counts and the rule at every step of real
+// holds. The per-step property (PolicyStepProps) checks the counts and the rule at every step of real
 // runs.
 //   RC_PARAMS="seed=N" build-cpu/properties/kvcheck_property_tests --gtest_filter='LeanKvStatic*'
 #include <gtest/gtest.h>

@@ -1,16 +1,18 @@
-#include "cli/verify_step_oracle.h"
+#include "oracles/engine_step_oracle.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "oracles/held_rows_ref.h"
-#include "oracles/step_oracle.h"
 
-namespace kvcheck::cli {
+namespace kvcheck {
 
-VerifyStepOracle::VerifyStepOracle(Engine& engine, std::int64_t max_reports)
-    : engine_(engine), max_reports_(max_reports) {
+EngineStepOracle::EngineStepOracle(Engine& engine, std::int64_t max_reports, Observer observe)
+    : engine_(engine), max_reports_(max_reports), observe_(std::move(observe)) {
+  begin({});
   trace_.on_kv = [this](std::int64_t, std::int32_t layer, std::int32_t first, std::int64_t tokens,
                         std::span<const float> k, std::span<const float> v) { on_kv(layer, first, tokens, k, v); };
   trace_.on_decode_head = [this](const DecodeHeadTrace& s) { on_decode_head(s); };
@@ -20,16 +22,16 @@ VerifyStepOracle::VerifyStepOracle(Engine& engine, std::int64_t max_reports)
   engine_.runner->set_trace(&trace_);
 }
 
-VerifyStepOracle::~VerifyStepOracle() { engine_.runner->set_trace(nullptr); }
+EngineStepOracle::~EngineStepOracle() { engine_.runner->set_trace(nullptr); }
 
-void VerifyStepOracle::begin(std::string label) {
+void EngineStepOracle::begin(std::string label) {
   label_ = std::move(label);
   keys_.assign(static_cast<std::size_t>(engine_.weights.config.num_hidden_layers), {});
   values_.assign(keys_.size(), {});
   demoted_.clear();
 }
 
-void VerifyStepOracle::on_kv(std::int32_t layer, std::int32_t first, std::int64_t tokens, std::span<const float> k,
+void EngineStepOracle::on_kv(std::int32_t layer, std::int32_t first, std::int64_t tokens, std::span<const float> k,
                              std::span<const float> v) {
   const auto kv_dim = static_cast<std::size_t>(engine_.weights.config.kv_dim());
   std::vector<float>& ks = keys_.at(static_cast<std::size_t>(layer));
@@ -43,7 +45,7 @@ void VerifyStepOracle::on_kv(std::int32_t layer, std::int32_t first, std::int64_
   std::copy(v.begin(), v.end(), vs.begin() + static_cast<std::ptrdiff_t>(at));
 }
 
-void VerifyStepOracle::on_decode_head(const DecodeHeadTrace& s) {
+void EngineStepOracle::on_decode_head(const DecodeHeadTrace& s) {
   const ModelConfig& c = engine_.weights.config;
   const std::int64_t d = c.head_dim;
   const auto kv_dim = static_cast<std::size_t>(c.kv_dim());
@@ -98,6 +100,7 @@ void VerifyStepOracle::on_decode_head(const DecodeHeadTrace& s) {
   pruned_mass_max_ = std::max(pruned_mass_max_, r.pruned_mass);
   delta_max_ = std::max(delta_max_, r.delta);
   if (r.full_bound > 0) bound_use_max_ = std::max(bound_use_max_, r.full_error / r.full_bound);
+  if (observe_) observe_(EngineStepHead{s, live, slots, r});
   if (r.ok()) return;
   held_violations_ += r.held_violated ? 1 : 0;
   full_violations_ += r.full_violated ? 1 : 0;
@@ -107,7 +110,7 @@ void VerifyStepOracle::on_decode_head(const DecodeHeadTrace& s) {
   }
 }
 
-nlohmann::json VerifyStepOracle::summary() const {
+nlohmann::json EngineStepOracle::summary() const {
   return {{"oracle_checks", checks_},
           {"oracle_violations", held_violations_ + full_violations_},
           {"held_violations", held_violations_},
@@ -119,4 +122,4 @@ nlohmann::json VerifyStepOracle::summary() const {
           {"delta_max", delta_max_}};
 }
 
-}  // namespace kvcheck::cli
+}  // namespace kvcheck

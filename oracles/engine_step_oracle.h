@@ -1,0 +1,77 @@
+// The per-step oracle (oracles/step_oracle.h) attached to an engine's runner trace: the one
+// `kvcheck verify --verify-each-step` and the report gate CI with, and the one the per-step policy
+// property (properties/optimized/policy_step_props.cpp) runs, so the two cannot drift. It keeps a
+// shadow of every key and value row the runner computes (exact floats, before any rounding or
+// eviction) and, at every decode step, layer and kv head, checks the engine's attention against
+// exact attention over the tokens the cache holds (dequantized as their tier stores them: a
+// demoted token as the high tier's format, then the low tier's) and against the bound around
+// exact attention over the whole context.
+//
+// It sits above optimized/ and the plain oracles (library kvcheck_engine_oracle): it reads the
+// engine's cache, the oracles read spans.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <set>
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "optimized/engine.h"
+#include "oracles/step_oracle.h"
+
+namespace kvcheck {
+
+// One decode head's check as an observer sees it (the policy property checks the held set too).
+struct EngineStepHead {
+  const DecodeHeadTrace& step;
+  std::span<const LiveToken> live;  // the head's live tokens after the step, in walk order
+  std::span<const SlotRef> slots;   // their slots, in the same order
+  const DecodeStepCheck& check;     // the oracle's verdict on this head's step
+};
+
+class EngineStepOracle {
+ public:
+  using Observer = std::function<void(const EngineStepHead&)>;
+  // Attaches itself to engine.runner (detached in the destructor); `observe`, if set, is called
+  // after every check.
+  explicit EngineStepOracle(Engine& engine, std::int64_t max_reports = 20, Observer observe = {});
+  ~EngineStepOracle();
+  EngineStepOracle(const EngineStepOracle&) = delete;
+  EngineStepOracle& operator=(const EngineStepOracle&) = delete;
+
+  // Starts a request: its steps are reported under `label` (e.g. "prompt 3 (heldout ...)").
+  void begin(std::string label);
+
+  std::int64_t checks() const { return checks_; }
+  std::int64_t violations() const { return held_violations_ + full_violations_; }
+  // Printed lines, one per violation, up to max_reports.
+  const std::vector<std::string>& reports() const { return reports_; }
+  nlohmann::json summary() const;
+
+ private:
+  void on_kv(std::int32_t layer, std::int32_t first, std::int64_t tokens, std::span<const float> keys,
+             std::span<const float> values);
+  void on_decode_head(const DecodeHeadTrace& step);
+
+  Engine& engine_;
+  RunnerTrace trace_;
+  std::int64_t max_reports_;
+  Observer observe_;
+  std::string label_;
+  std::vector<std::vector<float>> keys_, values_;  // [layer][position * kv_dim]
+  std::int64_t prompt_len_ = 0;  // rows of the last prefill (FP8 heads take their scale from them)
+  // (layer, kv head, position) of tokens moved from the high tier to the low one: the cache
+  // re-quantizes them from their high codes, so the oracle applies both formats in turn.
+  std::set<std::tuple<std::int32_t, std::int32_t, std::int32_t>> demoted_;
+  std::int64_t checks_ = 0, held_violations_ = 0, full_violations_ = 0;
+  double held_error_max_ = 0.0, full_error_max_ = 0.0, pruned_mass_max_ = 0.0, delta_max_ = 0.0;
+  double bound_use_max_ = 0.0;  // max over checks of full_error / full_bound
+  std::vector<std::string> reports_;
+};
+
+}  // namespace kvcheck

@@ -1,0 +1,264 @@
+// The per-step policy property's teeth: one wrong decision planted in a policy at a time, each of
+// which the per-step oracle or the policy's row (policy_step_table.h) must catch on some small
+// random case, or the property could pass a broken policy.
+//
+//   build/properties/kvcheck_property_tests --gtest_filter='PolicyStepProps.PlantedBugsAreCaught'
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <random>
+
+#include "optimized/eviction_policies.h"
+#include "optimized/leankv_policy.h"
+#include "properties/optimized/policy_step_table.h"
+
+namespace kvcheck::testing {
+namespace {
+
+// A policy that claims to be `inner` but changes one decision: the planted bugs below must each
+// make the per-step oracle fail, or the oracle has no teeth.
+class PlantedBug : public KvPolicy {
+ public:
+  explicit PlantedBug(std::unique_ptr<KvPolicy> inner) : inner_(std::move(inner)) {}
+  std::string name() const override { return inner_->name(); }
+  std::string description() const override { return "planted bug in " + inner_->name(); }
+  std::vector<KvTier> tiers() const override { return inner_->tiers(); }
+  bool evicts() const override { return inner_->evicts(); }
+  std::int64_t residual_tokens() const override { return inner_->residual_tokens(); }
+  SlotStrategy slot_strategy() const override { return inner_->slot_strategy(); }
+  std::int64_t observation_window() const override { return inner_->observation_window(); }
+  std::vector<std::int32_t> select_prompt(std::int32_t layer, std::int64_t n, const PromptScores& s) const override {
+    return inner_->select_prompt(layer, n, s);
+  }
+  PromptSelection select_prompt_tiers(std::int32_t layer, std::int64_t n, const PromptScores& s) const override {
+    return inner_->select_prompt_tiers(layer, n, s);
+  }
+  bool accumulates_scores() const override { return inner_->accumulates_scores(); }
+  std::optional<std::size_t> select_victim(std::int32_t layer, std::span<const LiveToken> live,
+                                           std::int32_t p) const override {
+    return inner_->select_victim(layer, live, p);
+  }
+  StepDecision decide_step(std::int32_t layer, std::span<const LiveToken> live, std::int32_t p) const override {
+    return inner_->decide_step(layer, live, p);
+  }
+
+ protected:
+  std::unique_ptr<KvPolicy> inner_;
+};
+
+// Whenever the real policy evicts, evict instead the live token that `prefer` ranks first.
+class WrongVictim final : public PlantedBug {
+ public:
+  using Prefer = std::function<bool(const LiveToken& a, const LiveToken& b, std::int32_t new_position)>;
+  WrongVictim(std::unique_ptr<KvPolicy> inner, Prefer prefer) : PlantedBug(std::move(inner)), prefer_(std::move(prefer)) {}
+  StepDecision decide_step(std::int32_t l, std::span<const LiveToken> live, std::int32_t p) const override {
+    StepDecision d = inner_->decide_step(l, live, p);
+    if (!d.evict) return d;
+    std::size_t pick = *d.evict;
+    for (std::size_t i = 0; i < live.size(); ++i) {
+      if (prefer_(live[i], live[pick], p) && (!d.demote || i != *d.demote)) pick = i;
+    }
+    d.evict = pick;
+    return d;
+  }
+
+ private:
+  Prefer prefer_;
+};
+
+// H2O forgetting to accumulate decode attention (scores frozen at their prefill values).
+class FrozenH2o final : public PlantedBug {
+ public:
+  using PlantedBug::PlantedBug;
+  bool accumulates_scores() const override { return false; }
+};
+
+// SnapKV evicting during decode, like H2O without scores.
+class DecodingSnapKv final : public PlantedBug {
+ public:
+  using PlantedBug::PlantedBug;
+  StepDecision decide_step(std::int32_t, std::span<const LiveToken> live, std::int32_t) const override {
+    return {live.size() > 4 ? std::optional<std::size_t>(0) : std::nullopt, std::nullopt};
+  }
+};
+
+// LeanKV demoting the most significant high token outside the window instead of the least.
+class ProudLeanKv final : public PlantedBug {
+ public:
+  using PlantedBug::PlantedBug;
+  StepDecision decide_step(std::int32_t l, std::span<const LiveToken> live, std::int32_t p) const override {
+    StepDecision d = inner_->decide_step(l, live, p);
+    if (!d.demote || d.evict) return d;  // the victim path of a significant candidate
+    for (std::size_t i = 0; i < live.size(); ++i) {
+      if (live[i].tier == 0 && live[i].position < live[*d.demote].position &&
+          leankv_significance(live[i], p) > leankv_significance(live[*d.demote], p)) {
+        d.demote = i;
+      }
+    }
+    return d;
+  }
+};
+
+// LeanKV moving a candidate to low without pruning the insignificant low victim.
+class HoardingLeanKv final : public PlantedBug {
+ public:
+  using PlantedBug::PlantedBug;
+  StepDecision decide_step(std::int32_t l, std::span<const LiveToken> live, std::int32_t p) const override {
+    StepDecision d = inner_->decide_step(l, live, p);
+    if (d.demote && d.evict) d.evict.reset();
+    return d;
+  }
+};
+
+// KIVI flushing its residual one group late (it then holds up to n_r + G fp16 tokens; a flush of
+// a partial group the cache refuses outright).
+class LateFlushKivi final : public PlantedBug {
+ public:
+  using PlantedBug::PlantedBug;
+  StepDecision decide_step(std::int32_t l, std::span<const LiveToken> live, std::int32_t p) const override {
+    const auto residual = std::count_if(live.begin(), live.end(), [](const LiveToken& t) { return t.tier == 0; });
+    StepDecision d = inner_->decide_step(l, live, p);
+    d.flush = residual >= inner_->residual_tokens() + 16;
+    return d;
+  }
+};
+
+// MiniKV evicting its oldest prompt token while decoding (selection is meant to persist).
+class DecodingMiniKv final : public PlantedBug {
+ public:
+  using PlantedBug::PlantedBug;
+  StepDecision decide_step(std::int32_t l, std::span<const LiveToken> live, std::int32_t p) const override {
+    StepDecision d = inner_->decide_step(l, live, p);
+    if (!d.flush && live.size() > 20 && live[0].tier == 0) d.evict = 0;
+    return d;
+  }
+};
+
+// Static LeanKV choosing its high victim by accumulated score instead of significance (which
+// favours the newest tokens, that have had the fewest queries to gather attention from).
+class RawScoreStaticLeanKv final : public PlantedBug {
+ public:
+  using PlantedBug::PlantedBug;
+  StepDecision decide_step(std::int32_t l, std::span<const LiveToken> live, std::int32_t p) const override {
+    StepDecision d = inner_->decide_step(l, live, p);
+    const std::optional<std::size_t> victim = d.demote ? d.demote : d.evict;
+    if (!victim || live[*victim].tier != 0) return d;
+    std::size_t pick = *victim;
+    for (std::size_t i = 0; i < live.size(); ++i) {
+      // (window 2 in the planted case: the positions up to p - 2 are outside it)
+      if (live[i].tier == 0 && live[i].position <= p - 2 && live[i].score < live[pick].score) pick = i;
+    }
+    (d.demote ? d.demote : d.evict) = pick;
+    return d;
+  }
+};
+
+// PyramidKV with every layer at the mean budget (SnapKV's selection): no pyramid.
+class FlatPyramidKv final : public PlantedBug {
+ public:
+  FlatPyramidKv(std::unique_ptr<KvPolicy> inner, std::unique_ptr<KvPolicy> flat)
+      : PlantedBug(std::move(inner)), flat_(std::move(flat)) {}
+  std::vector<std::int32_t> select_prompt(std::int32_t layer, std::int64_t n, const PromptScores& s) const override {
+    return flat_->select_prompt(layer, n, s);
+  }
+  PromptSelection select_prompt_tiers(std::int32_t layer, std::int64_t n, const PromptScores& s) const override {
+    return flat_->select_prompt_tiers(layer, n, s);
+  }
+
+ private:
+  std::unique_ptr<KvPolicy> flat_;
+};
+
+// SpvLLM claiming free-block but leaving emptied pages in place (no-op).
+class NoFreeSpvLlm final : public PlantedBug {
+ public:
+  using PlantedBug::PlantedBug;
+  SlotStrategy slot_strategy() const override { return SlotStrategy::kNoOp; }
+};
+
+// Streaming's prompt selection forgetting the sinks.
+class SinklessStreaming final : public PlantedBug {
+ public:
+  using PlantedBug::PlantedBug;
+  PromptSelection select_prompt_tiers(std::int32_t layer, std::int64_t n, const PromptScores& s) const override {
+    PromptSelection kept = inner_->select_prompt_tiers(layer, n, s);
+    if (kept.high.size() > 1 && kept.high.front() == 0) kept.high.erase(kept.high.begin());
+    return kept;
+  }
+};
+
+TEST(PolicyStepProps, PlantedBugsAreCaught) {
+  struct Planted {
+    const char* what;
+    DrawnPolicy claim;
+    std::function<std::unique_ptr<KvPolicy>(std::unique_ptr<KvPolicy>)> plant;
+  };
+  const DrawnPolicy streaming = claim(StreamingCase{.sinks = 2, .window = 4}, check_streaming);
+  const DrawnPolicy h2o = claim(H2oCase{.budget = 6, .recent = 0.25}, check_h2o);
+  const DrawnPolicy leankv = claim(LeanKvCase{.alpha_h = 1.0, .alpha_l = 0.6, .window = 3}, check_leankv);
+  const DrawnPolicy static_leankv =
+      claim(StaticLeanKvCase{.high = 3, .low = 2, .window = 2}, check_static_leankv);
+  const std::vector<Planted> planted = {
+      {"streaming evicts the newest token", streaming,
+       [](auto p) {  // the newest token instead of the oldest non-sink
+         return std::make_unique<WrongVictim>(std::move(p), [](const LiveToken& a, const LiveToken& b, std::int32_t) {
+           return a.position > b.position;
+         });
+       }},
+      {"streaming drops sink 0 at prefill", streaming,
+       [](auto p) { return std::make_unique<SinklessStreaming>(std::move(p)); }},
+      {"h2o evicts the heaviest hitter", h2o,
+       [](auto p) {  // the highest score outside the window instead of the lowest
+         return std::make_unique<WrongVictim>(std::move(p), [](const LiveToken& a, const LiveToken& b, std::int32_t q) {
+           return a.position <= q - 2 && a.score > b.score;
+         });
+       }},
+      {"h2o does not accumulate decode attention", h2o,
+       [](auto p) { return std::make_unique<FrozenH2o>(std::move(p)); }},
+      {"snapkv evicts while decoding", claim(SnapKvCase{.budget = 6, .window = 2, .pool = 3}, check_snapkv),
+       [](auto p) { return std::make_unique<DecodingSnapKv>(std::move(p)); }},
+      {"leankv demotes the most significant victim", leankv,
+       [](auto p) { return std::make_unique<ProudLeanKv>(std::move(p)); }},
+      {"leankv keeps an insignificant low victim", leankv,
+       [](auto p) { return std::make_unique<HoardingLeanKv>(std::move(p)); }},
+      {"pyramidkv gives every layer the mean budget",
+       claim(PyramidKvCase{.budget = 10, .ratio = 4.0, .window = 2, .pool = 3}, check_pyramidkv),
+       [](auto p) { return std::make_unique<FlatPyramidKv>(std::move(p), make_snapkv_policy(10, 2, 3)); }},
+      {"spvllm free-block never frees an emptied page",
+       claim(SpvLlmCase{.h2o = {.budget = 2, .recent = 0.5}, .strategy = SlotStrategy::kFreeBlock}, check_spvllm),
+       [](auto p) { return std::make_unique<NoFreeSpvLlm>(std::move(p)); }},
+      {"kivi flushes its residual one group late", claim(KiviCase{.bits = 2, .group = 16, .residual = 16}, check_kivi),
+       [](auto p) { return std::make_unique<LateFlushKivi>(std::move(p)); }},
+      {"minikv evicts while decoding",
+       claim(MiniKvCase{.budget = 8, .recent = 0.5, .residual = 16, .value_group = 8}, check_minikv),
+       [](auto p) { return std::make_unique<DecodingMiniKv>(std::move(p)); }},
+      {"static leankv keeps the low victim (the low tier outgrows its budget)", static_leankv,
+       [](auto p) { return std::make_unique<HoardingLeanKv>(std::move(p)); }},
+      {"static leankv ranks its high victim by score, not significance", static_leankv,
+       [](auto p) { return std::make_unique<RawScoreStaticLeanKv>(std::move(p)); }},
+  };
+  std::mt19937_64 rng(20261123);
+  for (const Planted& bug : planted) {
+    std::string caught;
+    for (int i = 0; i < 200 && caught.empty(); ++i) {
+      PolicyStepCase k;
+      k.shape.layers = 2;
+      k.shape.kv_heads = 1 + static_cast<std::int64_t>(rng() % 2);
+      k.shape.heads = 2 * k.shape.kv_heads;
+      k.shape.head_dim = 8;
+      k.shape.hidden = k.shape.heads * 8;
+      k.shape.max_positions = 96;
+      k.seed = rng() % 1000000;
+      k.prompt = 8 + static_cast<std::int64_t>(rng() % 24);
+      k.steps = 8 + static_cast<std::int64_t>(rng() % 16);
+      caught = run_policy_steps(k, bug.claim, bug.plant(make_policy(bug.claim.spec)));
+    }
+    EXPECT_FALSE(caught.empty()) << "planted bug not caught: " << bug.what;
+    std::printf("planted bug \"%s\": caught: %s\n", bug.what, caught.c_str());
+  }
+}
+
+}  // namespace
+}  // namespace kvcheck::testing
