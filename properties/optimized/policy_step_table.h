@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "optimized/slot_strategy.h"
+#include "optimized/step_decision.h"
 #include "properties/support/policy_steps.h"
 
 namespace kvcheck::testing {
