@@ -53,6 +53,12 @@ double num(const nlohmann::json& j, const char* key) {
   return j.contains(key) && j.at(key).is_number() ? j.at(key).get<double>() : std::nan("");
 }
 
+// A row's KV bytes vs fp16, or "-" where it has none (another engine's row in `kvcheck compare`).
+std::string bytes_text(const nlohmann::json& r) {
+  const double b = num(r, "kv_bytes_vs_fp16");
+  return std::isfinite(b) ? fmt::format("{:.3f}", b) : std::string("-");
+}
+
 }  // namespace
 
 double nice_step(double span, int target, bool integer) {
@@ -400,8 +406,8 @@ std::string report_markdown(const nlohmann::json& report) {
   s += "| policy | KV bytes vs fp16 | KL mean ± s.e. | KL p99 | KL max | top-1 | RMS Δp | ppl ratio | retrieval | oracle violations | wall s |\n";
   s += "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
   for (const nlohmann::json& r : report.at("rows")) {
-    s += fmt::format("| `{}` | {:.3f} | {:.2e} ± {:.1e} | {:.2e} | {:.2e} | {:.4f} | {:.4f} | {:.4f} | {} | {} | {:.1f} |\n",
-                     r.at("policy").get<std::string>(), num(r, "kv_bytes_vs_fp16"), num(r, "kl_mean"), num(r, "kl_stderr"),
+    s += fmt::format("| `{}` | {} | {:.2e} ± {:.1e} | {:.2e} | {:.2e} | {:.4f} | {:.4f} | {:.4f} | {} | {} | {:.1f} |\n",
+                     r.at("policy").get<std::string>(), bytes_text(r), num(r, "kl_mean"), num(r, "kl_stderr"),
                      num(r, "kl_p99"), num(r, "kl_max"), num(r, "top1_agreement"), num(r, "rms_delta_p"),
                      num(r, "perplexity_ratio"),
                      r.at("retrieval_accuracy").is_null() ? std::string("-") : fmt::format("{:.3f}", num(r, "retrieval_accuracy")),
@@ -443,7 +449,7 @@ table.wide{font-size:11px}table.wide td{white-space:nowrap}table.wide td:first-c
   for (const std::string& l : lengths) s += fmt::format("<th>{} tokens</th>", l);
   s += "</tr>";
   for (const nlohmann::json& r : rows) {
-    s += fmt::format("<tr><td>{}</td><td>{:.3f}</td>", escape(r.at("policy").get<std::string>()), num(r, "kv_bytes_vs_fp16"));
+    s += fmt::format("<tr><td>{}</td><td>{}</td>", escape(r.at("policy").get<std::string>()), bytes_text(r));
     for (const std::string& l : lengths) {
       const nlohmann::json& by = r.at("retrieval_accuracy_by_length");
       s += heat_cell(by.contains(l) ? by.at(l).get<double>() : std::nan(""), 1.0);
@@ -463,8 +469,8 @@ table.wide{font-size:11px}table.wide td{white-space:nowrap}table.wide td:first-c
   s += spvllm_fragmentation(report);
   s += "<h2>Summary</h2><div class=\"scroll\"><table class=\"wide\"><tr><th>policy</th><th>bytes</th><th>KL mean</th><th>± s.e.</th><th>KL p99.9</th><th>p99</th><th>p95</th><th>p90</th><th>p50</th><th>max</th><th>top-1</th><th>RMS Δp</th><th>ppl ratio</th><th>retrieval</th><th>oracle checks</th><th>violations</th><th>wall s</th></tr>";
   for (const nlohmann::json& r : rows) {
-    s += fmt::format("<tr><td>{}</td><td>{:.3f}</td><td>{:.2e}</td><td>{:.1e}</td><td>{:.2e}</td><td>{:.2e}</td><td>{:.2e}</td><td>{:.2e}</td><td>{:.2e}</td><td>{:.2e}</td><td>{:.4f}</td><td>{:.4f}</td><td>{:.4f}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1f}</td></tr>",
-                     escape(r.at("policy").get<std::string>()), num(r, "kv_bytes_vs_fp16"), num(r, "kl_mean"), num(r, "kl_stderr"),
+    s += fmt::format("<tr><td>{}</td><td>{}</td><td>{:.2e}</td><td>{:.1e}</td><td>{:.2e}</td><td>{:.2e}</td><td>{:.2e}</td><td>{:.2e}</td><td>{:.2e}</td><td>{:.2e}</td><td>{:.4f}</td><td>{:.4f}</td><td>{:.4f}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1f}</td></tr>",
+                     escape(r.at("policy").get<std::string>()), bytes_text(r), num(r, "kl_mean"), num(r, "kl_stderr"),
                      num(r, "kl_p999"), num(r, "kl_p99"), num(r, "kl_p95"), num(r, "kl_p90"), num(r, "kl_p50"), num(r, "kl_max"),
                      num(r, "top1_agreement"), num(r, "rms_delta_p"), num(r, "perplexity_ratio"),
                      r.at("retrieval_accuracy").is_null() ? std::string("-") : fmt::format("{:.3f}", num(r, "retrieval_accuracy")),

@@ -105,8 +105,11 @@ TEST_F(CompareCli, OwnEngineThroughTheFormatEqualsReport) {
   EXPECT_GT(report_row_.at("kl_mean").get<double>(), 0.0);  // an evicting policy: something to agree on
   EXPECT_GE(report_row_.at("retrieval_items").get<std::int64_t>(), 1);
   const std::string md = testing::read_file(path("same/report.md"));
-  EXPECT_NE(md.find("| `via-safetensors` |"), std::string::npos) << md;
+  // Another engine's row has no KV bytes: shown as "-", never as "nan".
+  EXPECT_NE(md.find("| `via-safetensors` | - |"), std::string::npos) << md;
+  EXPECT_EQ(md.find("nan"), std::string::npos) << md;
   EXPECT_TRUE(std::filesystem::exists(path("same/report.html")));
+  EXPECT_EQ(testing::read_file(path("same/report.html")).find(">nan<"), std::string::npos);
 }
 
 TEST_F(CompareCli, TopkKlIsALowerBoundAtEveryPositionAndLabelled) {
