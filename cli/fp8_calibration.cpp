@@ -56,12 +56,7 @@ Fp8Calibration calibrate_fp8(const ReferenceModel& model, const std::filesystem:
   if (!params || params->scale != Fp8Scale::kCalibrated) {
     throw std::invalid_argument(fmt::format("calibrate_fp8: '{}' is not fp8:scale=calibrated", spec));
   }
-  VerifyArgs sample_args = args;
-  sample_args.feed = "text";
-  sample_args.prompts = args.prompts + params->windows;
-  std::string origin;
-  std::vector<Prompt> windows = make_prompts(sample_args, dir, model.config(), origin);
-  windows.erase(windows.begin(), windows.begin() + args.prompts);
+  const std::vector<Prompt> windows = calibration_windows(args, dir, model.config(), params->windows);
   AmaxRecorder amax(model.config());
   Fp8Calibration out;
   for (const Prompt& w : windows) {

@@ -70,4 +70,15 @@ std::vector<Prompt> make_prompts(const VerifyArgs& args, const std::filesystem::
   return prompts;
 }
 
+std::vector<Prompt> calibration_windows(const VerifyArgs& args, const std::filesystem::path& dir, const ModelConfig& c,
+                                        std::int64_t count) {
+  VerifyArgs sample_args = args;
+  sample_args.feed = "text";
+  sample_args.prompts = args.prompts + count;
+  std::string origin;
+  std::vector<Prompt> windows = make_prompts(sample_args, dir, c, origin);
+  windows.erase(windows.begin(), windows.begin() + args.prompts);
+  return windows;
+}
+
 }  // namespace kvcheck::cli

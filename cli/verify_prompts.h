@@ -31,4 +31,10 @@ std::vector<Prompt> make_prompts(const VerifyArgs& args, const std::filesystem::
                                  const Tokenizer* tokenizer, std::string& origin,
                                  std::filesystem::path* text_file = nullptr);
 
+// `count` held-out text windows (prompt + continuation, as --feed text cuts them) taken right
+// after the args.prompts windows the evaluation itself uses, so a calibration (fp8 scales, xkv
+// budgets) never sees the windows it is then measured on.
+std::vector<Prompt> calibration_windows(const VerifyArgs& args, const std::filesystem::path& dir, const ModelConfig& c,
+                                        std::int64_t count);
+
 }  // namespace kvcheck::cli

@@ -27,12 +27,7 @@ XkvCalibration calibrate_xkv(const ReferenceModel& model, const std::filesystem:
                       "request must be able to take the whole total",
                       args.prompt_tokens, params->budget, spec);
   }
-  VerifyArgs sample_args = args;
-  sample_args.feed = "text";
-  sample_args.prompts = args.prompts + args.xkv_calibrate;
-  std::string origin;
-  std::vector<Prompt> prompts = make_prompts(sample_args, dir, c, origin);
-  prompts.erase(prompts.begin(), prompts.begin() + args.prompts);
+  const std::vector<Prompt> prompts = calibration_windows(args, dir, c, args.xkv_calibrate);
 
   std::vector<std::vector<std::vector<double>>> samples;
   params->on_layer_scores = [&](const std::vector<std::vector<double>>& s) { samples.push_back(s); };
