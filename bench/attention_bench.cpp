@@ -12,8 +12,16 @@
 //                                that over Eigen's float GEMM rate.
 //   BM_LinearRows / BM_EigenGemm the decode projection (kernels/cpu/dense_ops.h) and Eigen's
 //                                GEMM on the same shape: FLOP/s and vs_gemm.
+//   BM_DecodeAttentionCuda/<tiers>/ctx:C/batch:B   (a CUDA build with a device) the CUDA kernel
+//                                over B requests x 8 kv heads of C tokens each, every head's pages
+//                                at their own device address; bytes/s of stored bytes and
+//                                vs_copy_bw against a device-to-device copy timed in the same call
+//                                (kernels/paged_attention_cuda.h, time_paged_decode_cuda); the
+//                                .../one-block rows run the one-block-per-head kernel instead of
+//                                the split path, as the baseline of the same run.
 // The summary printed last gives each decode format's speedup over fp16 beside its byte ratio
-// (LeanKV's comparison: a format that reads half the bytes should run nearly twice as fast).
+// (LeanKV's comparison: a format that reads half the bytes should run nearly twice as fast), for
+// the CPU twin and for each CUDA (context, batch).
 //
 //   build/bin/kvcheck_bench_attention --benchmark_out=attention.json --benchmark_out_format=json
 #include <benchmark/benchmark.h>
@@ -32,6 +40,8 @@
 #include "kernels/cpu/page_encode.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/prefill_attention.h"
+#include "kernels/device.h"
+#include "kernels/paged_attention_cuda_adapter.h"
 #include "optimized/page_pool.h"
 
 namespace kvcheck {
@@ -86,15 +96,16 @@ std::vector<float> normal(std::int64_t n, std::uint64_t seed) {
 
 std::int64_t pages_for(std::int64_t tokens, std::int64_t per_page) { return (tokens + per_page - 1) / per_page; }
 
-std::unique_ptr<DecodeSetup> make_decode_setup(const TierMix& mix) {
-  const std::int64_t high_tokens = static_cast<std::int64_t>(static_cast<double>(kContext) * mix.high_share);
-  const std::int64_t low_tokens = kContext - high_tokens;
+std::unique_ptr<DecodeSetup> make_decode_setup(const TierMix& mix, std::int64_t heads = kHeads,
+                                              std::int64_t context = kContext) {
+  const std::int64_t high_tokens = static_cast<std::int64_t>(static_cast<double>(context) * mix.high_share);
+  const std::int64_t low_tokens = context - high_tokens;
   std::vector<std::int64_t> per_page;
   for (const KvTier& t : mix.tiers) per_page.push_back(tokens_per_page(t, kHeadDim, kPageBytes));
   std::int64_t pages = pages_for(high_tokens, per_page[0]);
   if (mix.tiers.size() > 1) pages += pages_for(low_tokens, per_page[1]);
   PagePoolConfig c;
-  c.pages = pages * kHeads;
+  c.pages = pages * heads;
   c.page_bytes = kPageBytes;
   c.head_dim = kHeadDim;
   c.tiers = mix.tiers;
@@ -112,8 +123,8 @@ std::unique_ptr<DecodeSetup> make_decode_setup(const TierMix& mix) {
                     encode_block(mix.tiers[t].value, normal(n * kHeadDim, 11 + t), n, kHeadDim, KvLocation{})});
   }
   PageId next = 0;
-  s->pages.resize(kHeads);
-  for (std::int64_t h = 0; h < kHeads; ++h) {
+  s->pages.resize(static_cast<std::size_t>(heads));
+  for (std::int64_t h = 0; h < heads; ++h) {
     for (std::size_t t = 0; t < mix.tiers.size(); ++t) {
       std::int64_t left = t == 0 ? high_tokens : low_tokens;
       const std::int64_t n = per_page[t];
@@ -144,7 +155,7 @@ std::unique_ptr<DecodeSetup> make_decode_setup(const TierMix& mix) {
       }
     }
   }
-  s->q = normal(kHeads * kGroup * kHeadDim, 99);
+  s->q = normal(heads * kGroup * kHeadDim, 99);
   s->out.assign(s->q.size(), 0.0f);
   return s;
 }
@@ -181,6 +192,56 @@ void BM_DecodeAttention(benchmark::State& state, const TierMix* mix) {
   state.counters["vs_copy_bw"] = benchmark::Counter(static_cast<double>(s->stored_bytes) / copy_bandwidth_bytes_per_s(),
                                                     benchmark::Counter::kIsIterationInvariantRate);
   decode_bytes()[mix->name] = static_cast<double>(s->stored_bytes);
+}
+
+std::string fmt_case(std::int64_t context, std::int64_t batch) {
+  return "ctx:" + std::to_string(context) + "/batch:" + std::to_string(batch);
+}
+
+// The CUDA kernel: one head's pages of `context` tokens, placed batch x 8 times on the device.
+struct CudaCase {
+  const TierMix* mix;
+  std::int64_t context, batch;
+  std::int64_t split_slots = 0;  // -1: the one-block-per-head kernel, the split path's baseline
+};
+constexpr std::int64_t kCudaKvHeads = 8;  // Llama-3-8B
+
+struct CudaResult {
+  double seconds, bytes, copy_bytes_per_s;
+};
+std::map<std::string, CudaResult>& cuda_results() {  // "ctx:C/batch:B" -> mix -> result
+  static std::map<std::string, CudaResult> r;
+  return r;
+}
+
+void BM_DecodeAttentionCuda(benchmark::State& state, CudaCase c) {
+  if (cuda_device_count() == 0) {
+    state.SkipWithError(("no CUDA device: " + cuda_device_summary()).c_str());
+    for (auto _ : state) {
+    }
+    return;
+  }
+  const auto s = make_decode_setup(*c.mix, 1, c.context);
+  DecodeHeadInput in;
+  in.head_dim = kHeadDim;
+  in.group = kGroup;
+  in.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+  in.tiers = s->tier_reads;
+  in.pages = s->pages[0];
+  in.q = std::span<const float>(s->q).first(static_cast<std::size_t>(kGroup * kHeadDim));
+  const DecodeHeadOutput out{std::span<float>(s->out).first(static_cast<std::size_t>(kGroup * kHeadDim))};
+  const CudaDecodeBatchHost host(std::span<const DecodeHeadInput>(&in, 1), std::span<const DecodeHeadOutput>(&out, 1));
+  const std::int64_t heads = c.batch * kCudaKvHeads;
+  const CudaDecodeTiming t = time_paged_decode_cuda(host.batch(), heads, 10, 5, c.split_slots);
+  for (auto _ : state) state.SetIterationTime(t.decode_seconds);
+  const double bytes = static_cast<double>(s->stored_bytes * heads);
+  state.SetBytesProcessed(static_cast<std::int64_t>(bytes) * state.iterations());
+  state.counters["copy_GBps"] = t.copy_bytes_per_s * 1e-9;
+  state.counters["vs_copy_bw"] = bytes / t.decode_seconds / t.copy_bytes_per_s;
+  state.counters["stored_MiB"] = bytes / (1 << 20);
+  state.counters["page_sets"] = static_cast<double>(t.sets);
+  cuda_results()[fmt_case(c.context, c.batch) + "|" + c.mix->name + (c.split_slots < 0 ? "/one-block" : "")] = {
+      t.decode_seconds, bytes, t.copy_bytes_per_s};
 }
 
 void BM_PrefillAttention(benchmark::State& state) {
@@ -274,6 +335,29 @@ class DecodeSummary : public benchmark::ConsoleReporter {
                   rate / copy_bandwidth_bytes_per_s(), bytes / fp16_bytes, speedup, speedup / byte_gain);
     }
   }
+  // The CUDA runs, one block per (context, batch); each ratio against that run's own copy.
+  static void PrintCudaSummary() {
+    if (cuda_results().empty()) return;
+    std::printf("\nCUDA decode attention (head_dim %lld, group %lld, %lld kv heads per request): stored bytes/s and "
+                "their ratio to the device-to-device copy measured in the same call:\n",
+                static_cast<long long>(kHeadDim), static_cast<long long>(kGroup), static_cast<long long>(kCudaKvHeads));
+    std::printf("  %-24s %-18s %10s %9s %10s %10s %12s %12s\n", "case", "tiers", "GB/s", "copy GB/s", "vs copy",
+                "bytes/fp16", "speedup/fp16", "of byte gain");
+    std::map<std::string, CudaResult> fp16;
+    for (const auto& [key, r] : cuda_results()) {
+      const std::string where = key.substr(0, key.find('|')), mix = key.substr(key.find('|') + 1);
+      if (mix == "fp16") fp16[where] = r;
+    }
+    for (const auto& [key, r] : cuda_results()) {
+      const std::string where = key.substr(0, key.find('|')), mix = key.substr(key.find('|') + 1);
+      const double rate = r.bytes / r.seconds;
+      const auto base = fp16.find(where);
+      const double byte_ratio = base == fp16.end() ? NAN : r.bytes / base->second.bytes;
+      const double speedup = base == fp16.end() ? NAN : base->second.seconds / r.seconds;
+      std::printf("  %-24s %-18s %10.1f %9.1f %10.3f %10.3f %12.3f %12.3f\n", where.c_str(), mix.c_str(), rate * 1e-9,
+                  r.copy_bytes_per_s * 1e-9, rate / r.copy_bytes_per_s, byte_ratio, speedup, speedup * byte_ratio);
+    }
+  }
 
  private:
   std::map<std::string, double> seconds_;
@@ -283,6 +367,27 @@ void register_all() {
   for (const TierMix& m : mixes()) {
     benchmark::RegisterBenchmark(("BM_DecodeAttention/" + m.name).c_str(), BM_DecodeAttention, &m)
         ->Unit(benchmark::kMillisecond);
+  }
+  if (cuda_compiled()) {
+    for (const std::int64_t context : {4096, 16384, 32768}) {
+      for (const std::int64_t batch : {1, 16, 64}) {
+        for (const TierMix& m : mixes()) {
+          benchmark::RegisterBenchmark(("BM_DecodeAttentionCuda/" + m.name + "/" + fmt_case(context, batch)).c_str(),
+                                       BM_DecodeAttentionCuda, CudaCase{&m, context, batch})
+              ->UseManualTime()
+              ->Iterations(1)
+              ->Unit(benchmark::kMicrosecond);
+        }
+      }
+    }
+    for (const TierMix& m : mixes()) {  // the one-block-per-head kernel beside it, in the same run
+      if (m.name != "fp16" && m.name != "K8V4") continue;
+      benchmark::RegisterBenchmark(("BM_DecodeAttentionCuda/" + m.name + "/" + fmt_case(32768, 16) + "/one-block").c_str(),
+                                   BM_DecodeAttentionCuda, CudaCase{&m, 32768, 16, -1})
+          ->UseManualTime()
+          ->Iterations(1)
+          ->Unit(benchmark::kMicrosecond);
+    }
   }
   benchmark::RegisterBenchmark("BM_PrefillAttention", BM_PrefillAttention)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecond);
   for (auto* bm : {benchmark::RegisterBenchmark("BM_LinearRows", BM_LinearRows),
@@ -301,6 +406,7 @@ int main(int argc, char** argv) {
   kvcheck::DecodeSummary reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   reporter.PrintSummary();
+  kvcheck::DecodeSummary::PrintCudaSummary();
   benchmark::Shutdown();
   return 0;
 }

@@ -175,6 +175,7 @@ BENCHMARK(BM_CompactionRound)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 const bool kGpuRegistered = [] {
   if (cuda_device_count() > 0) {
     benchmark::RegisterBenchmark("BM_CompactionRoundGpu", BM_CompactionRoundGpu)
+        ->Iterations(50)
         ->UseManualTime()
         ->Unit(benchmark::kMicrosecond);
   }

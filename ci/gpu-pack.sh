@@ -14,7 +14,7 @@ build_dir=${KVCHECK_BUILD_DIR:-build-cuda}
 # shellcheck disable=SC2086
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DKVCHECK_CUDA=ON ${KVCHECK_CMAKE_ARGS:-} >/dev/null
 cmake --build "$build_dir" -j "${KVCHECK_JOBS:-$(nproc)}" \
-  --target kvcheck kvcheck_gpu_tests kvcheck_bench_kernels kvcheck_bench_pages
+  --target kvcheck kvcheck_gpu_tests kvcheck_bench_kernels kvcheck_bench_pages kvcheck_bench_attention
 
 rm -rf "$pack"
 mkdir -p "$pack/bin" "$pack/lib"

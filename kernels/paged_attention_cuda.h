@@ -3,15 +3,19 @@
 // outputs). This header is C++17 (nvcc compiles it): the batch is plain descriptors and raw
 // pointers. kernels/paged_attention_cuda_adapter.h builds one from the CPU twin's DecodeHeadInput.
 //
-// One thread block per (request, kv head): its warps walk the slots for the logits of every
-// query head of the GQA group, a block reduction gives each head's maximum and sum, then the
-// threads own output channels and walk the live slots again for the values. Dead slots are
-// skipped by their live bit before any of their bytes is read. This is the verified baseline;
-// the bandwidth-tuned variants (16-byte vector loads across a key's tiling group, split-KV for
-// long contexts) replace its loops behind the same descriptors.
+// Two kernels behind one entry point (docs/design.md §12). The split path (flash-decoding): a
+// block per split of a head's walk (plan_decode_splits, sized from the head's own tiers so a
+// head's bits do not depend on its batch) computes its logits with 16-byte key loads, its maxima,
+// sums and weighted value sums; a block per head combines them and writes the probabilities. The
+// one-block-per-head kernel (its warps walk the slots for the logits, a block reduction, then a
+// thread per output channel over the live slots) takes the heads whose key rows the split kernel
+// cannot read. Dead slots never enter a sum: the one-block kernel skips them before reading any of
+// their bytes; the split kernel may load a dead slot's value bytes in the 32-bit word it shares
+// with a live slot, and skips them by the live bit.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace kvcheck {
 
@@ -47,6 +51,18 @@ struct CudaHeadDesc {
   std::int64_t probs = -1;                           // [group][slots] at probs[probs], or -1: none
   std::int64_t slots = 0;                            // decode_slots
   std::int64_t scratch = 0;                          // [group][slots] floats of the call's scratch
+  std::int64_t first_split = 0, split_count = 0;     // its splits in CudaDecodeBatch::splits (split path)
+};
+
+// One block's share of a head on the split path (flash-decoding): the walk indices [begin, end)
+// of one head (residual rows are the walk indices after the pages), the first page it touches and
+// that page's first walk index, and where its partial results go in the scratch: [group] maxima,
+// [group] sums of exp(logit - max), [group][head_dim] value sums, at scratch[partial].
+struct CudaSplitDesc {
+  std::int64_t head = 0;
+  std::int64_t page = 0, page_walk = 0;
+  std::int64_t begin = 0, end = 0;
+  std::int64_t partial = 0;
 };
 
 // Every pointer is host memory for paged_decode_attention_cuda_host and device memory for
@@ -72,19 +88,70 @@ struct CudaDecodeBatch {
   float* probs = nullptr;
   std::int64_t probs_elements = 0;
   std::int64_t scratch_elements = 0;  // sum over heads of group * slots
+  // The split path (from plan_decode_splits): null splits runs the one-block-per-head kernel on
+  // every head; otherwise the heads with splits take the split path, and the one_block_heads
+  // others (split_count 0) the one-block kernel, in the same call. split_group: the split
+  // kernel's compiled bound on the GQA group (1, 2, 4, 8 or 16, at least every split head's).
+  const CudaSplitDesc* splits = nullptr;
+  std::int64_t split_count = 0;
+  std::int64_t one_block_heads = 0;
+  int split_group = 16;
 };
 
-// The largest head_dim and GQA group the kernel's registers hold.
+// The largest head_dim and GQA group the kernel's registers hold; the split path's largest split
+// (walk indices per block) and key row (16-byte vectors per team lane).
 inline constexpr std::int64_t kCudaDecodeMaxHeadDim = 256;
 inline constexpr std::int64_t kCudaDecodeMaxGroup = 16;
+inline constexpr std::int64_t kCudaDecodeMaxSplitSlots = 256;
+inline constexpr std::int64_t kCudaDecodeMaxKeyChunks = 16;
 
-// Copies the batch to the device, runs the kernel, copies out (and probs) back. The descriptors
+// The split path's plan for a host batch: every head cut into runs of at most `split_slots` walk
+// indices (0: the head's own size, about 64 KiB of code rows per split, chosen from its tiers
+// alone so that a head splits, and rounds, the same way in any batch), one block each, then one
+// combining block per head. A head with a tier the split kernel does not read (key rows not tiled
+// in 16-byte vectors over teams of 1, 2 or 4 lanes: very small head_dim at 4 or 2 bits) gets no
+// splits and runs on the one-block-per-head kernel in the same call, whatever its batch holds.
+// `heads` is the batch's heads with first_split / split_count set; the partial results take
+// `partial_elements` floats after the batch's scratch_elements. `split` is false when no head has
+// splits (then the batch is left as it is).
+struct CudaDecodePlan {
+  bool split = false;
+  std::vector<CudaHeadDesc> heads;
+  std::vector<CudaSplitDesc> splits;
+  std::int64_t partial_elements = 0;
+  std::int64_t one_block_heads = 0;
+  int split_group = 1;
+};
+// Host code (built without CUDA too).
+CudaDecodePlan plan_decode_splits(const CudaDecodeBatch& host, std::int64_t split_slots);
+// Whether the split kernel reads a tier's key rows (see above).
+bool split_kernel_reads(const CudaTierDesc& tier);
+
+// Copies the batch to the device, runs the kernels, copies out (and probs) back. The descriptors
 // must be consistent (paged_attention_cuda_adapter.h validates through the CPU twin's checks);
 // std::invalid_argument for a head_dim or group over the limits above. std::runtime_error
-// without a CUDA build or device.
-void paged_decode_attention_cuda_host(const CudaDecodeBatch& batch);
+// without a CUDA build or device. split_slots: as plan_decode_splits; -1: the one-block-per-head
+// kernel whatever the tiers.
+void paged_decode_attention_cuda_host(const CudaDecodeBatch& batch, std::int64_t split_slots = 0);
 // The same on device pointers, on `stream` (a cudaStream_t; nullptr: the default stream);
-// `scratch` is scratch_elements device floats. Asynchronous.
+// `scratch` is scratch_elements device floats (plus the plan's partial_elements when
+// batch.splits is set; batch.heads then carries the plan's split ranges). Asynchronous.
 void paged_decode_attention_cuda_device(const CudaDecodeBatch& batch, float* scratch, void* stream);
+
+// Device timing for bench/, the two numbers of one ratio from the same run. `one_head` is a host
+// batch of exactly one head (no probs); the call places `heads` copies of its pages at their own
+// device addresses (as `heads` (request, kv head) pairs of a real batch would be), enough sets of
+// them that the pages touched by consecutive calls exceed four times the L2 cache, and times
+// paged_decode_attention_cuda_device over a whole set per call. decode_seconds: median over
+// `repeats` of the mean of `calls` back-to-back calls (CUDA events); copy_bytes_per_s: a
+// device-to-device cudaMemcpy of 512 MiB counted as bytes read plus bytes written, median of the
+// same repeats, measured in the same call.
+struct CudaDecodeTiming {
+  double decode_seconds = 0.0;
+  double copy_bytes_per_s = 0.0;
+  std::int64_t sets = 0;  // page sets rotated between calls
+};
+CudaDecodeTiming time_paged_decode_cuda(const CudaDecodeBatch& one_head, std::int64_t heads, int calls, int repeats,
+                                        std::int64_t split_slots = 0);
 
 }  // namespace kvcheck

@@ -130,9 +130,76 @@ void CudaDecodeBatchHost::scatter(std::span<const DecodeHeadOutput> out) const {
   }
 }
 
-void paged_decode_attention_cuda(std::span<const DecodeHeadInput> in, std::span<const DecodeHeadOutput> out) {
+bool split_kernel_reads(const CudaTierDesc& tier) {
+  const CudaFormatDesc& k = tier.key;
+  const bool team = k.tile_group == 1 || k.tile_group == 2 || k.tile_group == 4;
+  return team && k.vec * k.unit_bytes == 16 && k.row_units % (k.vec * k.tile_group) == 0 &&
+         k.row_units / (k.vec * k.tile_group) <= kCudaDecodeMaxKeyChunks && tier.value.vec * tier.value.unit_bytes == 4;
+}
+
+namespace {
+
+// A head's own split size, from its tiers alone (so a head splits the same way in any batch, and
+// its result is the same bit for bit): about 64 KiB of code rows per split, in whole warps of
+// walk indices, between 64 and kCudaDecodeMaxSplitSlots.
+std::int64_t auto_split_slots(const CudaDecodeBatch& host, const CudaHeadDesc& h) {
+  std::int64_t row_bytes = 1;
+  for (std::int64_t p = 0; p < h.pages; ++p) {
+    const CudaTierDesc& t = host.tiers[h.tiers + host.page_descs[h.first_page + p].tier];
+    row_bytes = std::max(row_bytes, t.key.row_units * t.key.unit_bytes + t.value.row_units * t.value.unit_bytes);
+  }
+  const std::int64_t slots = (std::int64_t{64} * 1024 / row_bytes + 31) / 32 * 32;
+  return std::clamp<std::int64_t>(slots, 64, kCudaDecodeMaxSplitSlots);
+}
+
+}  // namespace
+
+CudaDecodePlan plan_decode_splits(const CudaDecodeBatch& host, std::int64_t split_slots) {
+  CudaDecodePlan plan;
+  plan.heads.assign(host.heads, host.heads + host.head_count);
+  for (std::int64_t i = 0; i < host.head_count; ++i) {
+    CudaHeadDesc& h = plan.heads[static_cast<std::size_t>(i)];
+    h.first_split = static_cast<std::int64_t>(plan.splits.size());
+    h.split_count = 0;
+    bool readable = true;
+    for (std::int64_t p = 0; p < h.pages; ++p) {
+      readable = readable && split_kernel_reads(host.tiers[h.tiers + host.page_descs[h.first_page + p].tier]);
+    }
+    if (!readable) {
+      ++plan.one_block_heads;
+      continue;
+    }
+    plan.split = true;
+    while (plan.split_group < h.group) plan.split_group *= 2;
+    const std::int64_t per_split = split_slots > 0 ? std::min(split_slots, kCudaDecodeMaxSplitSlots)
+                                                   : auto_split_slots(host, h);
+    std::int64_t page = 0, page_walk = 0;  // the page holding walk index `begin`, and its first index
+    for (std::int64_t begin = 0; begin < h.slots; begin += per_split) {
+      while (page < h.pages) {
+        const std::int64_t tokens = host.tiers[h.tiers + host.page_descs[h.first_page + page].tier].tokens;
+        if (begin < page_walk + tokens) break;
+        page_walk += tokens;
+        ++page;
+      }
+      CudaSplitDesc s;
+      s.head = i;
+      s.page = page;
+      s.page_walk = page_walk;
+      s.begin = begin;
+      s.end = std::min(h.slots, begin + per_split);
+      s.partial = plan.partial_elements;
+      plan.partial_elements += h.group * (2 + h.head_dim);
+      plan.splits.push_back(s);
+    }
+    h.split_count = static_cast<std::int64_t>(plan.splits.size()) - h.first_split;
+  }
+  return plan;
+}
+
+void paged_decode_attention_cuda(std::span<const DecodeHeadInput> in, std::span<const DecodeHeadOutput> out,
+                                 std::int64_t split_slots) {
   CudaDecodeBatchHost host(in, out);
-  paged_decode_attention_cuda_host(host.batch());
+  paged_decode_attention_cuda_host(host.batch(), split_slots);
   host.scatter(out);
 }
 

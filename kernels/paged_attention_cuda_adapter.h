@@ -38,7 +38,10 @@ class CudaDecodeBatchHost {
 };
 
 // paged_decode_attention (the CPU twin) on the GPU: same inputs, same outputs, within float
-// tolerance. std::runtime_error without a CUDA build or device.
-void paged_decode_attention_cuda(std::span<const DecodeHeadInput> in, std::span<const DecodeHeadOutput> out);
+// tolerance. std::runtime_error without a CUDA build or device. split_slots: 0 chooses the split
+// path's split size, N > 0 forces splits of at most N walk indices (tests cut heads into many),
+// -1 runs the one-block-per-head kernel (kernels/paged_attention_cuda.h).
+void paged_decode_attention_cuda(std::span<const DecodeHeadInput> in, std::span<const DecodeHeadOutput> out,
+                                 std::int64_t split_slots = 0);
 
 }  // namespace kvcheck

@@ -47,9 +47,12 @@ std::int64_t exclusive_scan_cuda(const std::int64_t*, std::int64_t, std::int64_t
 double time_compact_ids_cuda(std::int64_t, std::int64_t, std::int64_t, std::int64_t, int) {
   no_cuda("time_compact_ids_cuda");
 }
-void paged_decode_attention_cuda_host(const CudaDecodeBatch&) { no_cuda("paged_decode_attention_cuda"); }
+void paged_decode_attention_cuda_host(const CudaDecodeBatch&, std::int64_t) { no_cuda("paged_decode_attention_cuda"); }
 void paged_decode_attention_cuda_device(const CudaDecodeBatch&, float*, void*) {
   no_cuda("paged_decode_attention_cuda");
+}
+CudaDecodeTiming time_paged_decode_cuda(const CudaDecodeBatch&, std::int64_t, int, int, std::int64_t) {
+  no_cuda("time_paged_decode_cuda");
 }
 void prefill_attention_cuda_host(const CudaPrefillArgs&) { no_cuda("prefill_attention_cuda"); }
 void prefill_attention_cuda_device(const CudaPrefillArgs&, float*, void*) { no_cuda("prefill_attention_cuda"); }

@@ -1,4 +1,6 @@
-// Paged decode attention over unified pages, CUDA version (kernels/paged_attention_cuda.h).
+// Paged decode attention over unified pages, CUDA version (kernels/paged_attention_cuda.h): the
+// split path (PagedDecodeSplitKernel + PagedDecodeCombineKernel, below) and the one-block-per-head
+// kernel for the heads it cannot read, which works as follows.
 // One block of kThreads per (request, kv head):
 //   1. keys:   warp w takes slots w, w + kWarps, ... in walk order; its lanes decode the row's
 //              channels lane, lane + 32, ... into registers (codes for per-token INT keys, whose
@@ -11,10 +13,12 @@
 // Logits and weights live in a global scratch of [group][slots] floats per head.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "kernels/cuda/device_buffer.cuh"
 #include "kernels/cuda/device_math.cuh"
@@ -127,6 +131,7 @@ __device__ void write_logits(const float* x, bool fused, float meta_scale, float
 
 __global__ void __launch_bounds__(kThreads) PagedDecodeKernel(CudaDecodeBatch b, float* scratch) {
   const CudaHeadDesc h = b.heads[blockIdx.x];
+  if (b.splits != nullptr && h.split_count > 0) return;  // the split path's head
   const CudaTierDesc* tiers = b.tiers + h.tiers;
   const CudaPageDesc* pages = b.page_descs + h.first_page;
   const std::int64_t d = h.head_dim, slots = h.slots;
@@ -232,16 +237,363 @@ __global__ void __launch_bounds__(kThreads) PagedDecodeKernel(CudaDecodeBatch b,
   }
 }
 
+// ---- The split path (flash-decoding): one block per split of a head's walk, then one combining
+// block per head. Keys: a team of tile_group lanes per slot, each lane one 16-byte vector per
+// key chunk (the key tiling puts a chunk's vectors of consecutive slots side by side, so a warp
+// reads 32 x 16 contiguous bytes); values: a lane per value unit reads one 32-bit word holding
+// `vec` consecutive slots of its unit (the value tiling's word), lanes over several slot words
+// when a row has fewer units than the block has threads.
+constexpr int kSplitThreads = 128;
+constexpr int kSplitWarps = kSplitThreads / 32;
+constexpr int kMaxSplitSlots = static_cast<int>(kCudaDecodeMaxSplitSlots);
+constexpr int kMaxPerUnit = 4;  // 2-bit codes in a byte
+
+__device__ __forceinline__ int codes_per_unit(const CudaFormatDesc& f) { return f.dtype == kInt ? 8 / f.bits : 1; }
+
+// Word i of a 16-byte vector, by selects (a run-time index into an array would put it in local
+// memory).
+__device__ __forceinline__ std::uint32_t word_of(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// Element e of a 16-byte key vector (or of a value word in v.x, e < its element count): the
+// stored float, the E4M3 code's value, or the INT code, as raw_element gives it.
+__device__ __forceinline__ float vector_element(const CudaFormatDesc& f, const uint4& v, int e) {
+  switch (f.dtype) {
+    case kFp32: return __uint_as_float(word_of(v, e));
+    case kFp16: return quant::f16_to_float(static_cast<std::uint16_t>(word_of(v, e / 2) >> (16 * (e % 2))));
+    case kFp8: return quant::e4m3_to_float(static_cast<std::uint8_t>(word_of(v, e / 4) >> (8 * (e % 4))));
+    default: {
+      const int per_unit = 8 / f.bits;
+      const int byte = e / per_unit;
+      const unsigned b = (word_of(v, byte / 4) >> (8 * (byte % 4))) & 0xFFu;
+      return static_cast<float>((b >> ((e % per_unit) * f.bits)) & ((1u << f.bits) - 1u));
+    }
+  }
+}
+
+__device__ __forceinline__ int vector_elements(const CudaFormatDesc& f, int bytes) {
+  return bytes / static_cast<int>(f.unit_bytes) * codes_per_unit(f);
+}
+
+// A split of one head: logits of its live slots into shared memory (and the global scratch when
+// probs are asked for), its maxima and sums, its weighted value sums, into its partial.
+// G: the compiled bound on the group (every register array and unrolled loop over query heads
+// has G entries; a head's arithmetic is the same whatever G, so its bits are too).
+template <int G>
+__global__ void __launch_bounds__(kSplitThreads) PagedDecodeSplitKernel(CudaDecodeBatch b, float* scratch,
+                                                                        float* partials) {
+  const CudaSplitDesc sp = b.splits[blockIdx.x];
+  const CudaHeadDesc h = b.heads[sp.head];
+  const CudaTierDesc* tiers = b.tiers + h.tiers;
+  const CudaPageDesc* pages = b.page_descs + h.first_page;
+  const int d = static_cast<int>(h.head_dim), group = static_cast<int>(h.group);
+  const int n = static_cast<int>(sp.end - sp.begin);
+  __shared__ float q_or_acc[G * kCudaDecodeMaxHeadDim];  // q, then the value sums
+  __shared__ float w[G * kMaxSplitSlots];                // logits, then weights
+  __shared__ float q_sums[G], maxima[G], sums[G];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+
+  for (int i = tid; i < group * d; i += kSplitThreads) q_or_acc[i] = b.q[h.q + i];
+  __syncthreads();
+  for (int g = warp; g < group; g += kSplitWarps) {  // Σ_c q[g][c], for per-token INT keys
+    float s = 0.0f;
+    for (int c = lane; c < d; c += 32) s += q_or_acc[g * d + c];
+    s = warp_sum(s);
+    if (lane == 0) q_sums[g] = s;
+  }
+  __syncthreads();
+
+  // 1. Keys, page by page over the split's walk range.
+  std::int64_t page_walk = sp.page_walk;
+  for (std::int64_t p = sp.page; p < h.pages && page_walk < sp.end; ++p) {
+    const CudaPageDesc& page = pages[p];
+    const CudaTierDesc& t = tiers[page.tier];
+    const std::uint8_t* bytes = b.pages + page.bytes;
+    const std::uint64_t* live = b.live + page.live;
+    const int lo = static_cast<int>(max(sp.begin, page_walk) - page_walk);
+    const int hi = static_cast<int>(min(sp.end, page_walk + t.tokens) - page_walk);
+    const int team = static_cast<int>(t.key.tile_group);
+    const int chunks = static_cast<int>(t.key.row_units / (t.key.vec * team));
+    const int per_vector = vector_elements(t.key, 16);
+    const bool fused = t.key.dtype == kInt && t.key.granularity == kPerToken;
+    const float page_scale = t.key.dtype == kFp8 ? *reinterpret_cast<const float*>(bytes + t.key_meta) : 1.0f;
+    const int idx0 = static_cast<int>(page_walk - sp.begin);
+    for (int base = lo + warp * (32 / team); base < hi; base += kSplitWarps * (32 / team)) {  // warp-uniform
+      const int slot = base + lane / team, part_lane = lane % team;
+      const bool valid = slot < hi && slot_live(live, slot);
+      float part[G];
+#pragma unroll
+      for (int g = 0; g < G; ++g) part[g] = 0.0f;
+      if (valid) {
+        // Four chunks' vectors in flight at a time, then their elements.
+        for (int c0 = 0; c0 < chunks; c0 += 4) {
+          uint4 v[4];
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            if (c0 + k < chunks) {
+              v[k] = *reinterpret_cast<const uint4*>(
+                  bytes + t.key_codes + ((static_cast<std::int64_t>(c0 + k) * t.tokens + slot) * team + part_lane) * 16);
+            }
+          }
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            if (c0 + k >= chunks) continue;
+            const int ch0 = ((c0 + k) * team + part_lane) * per_vector;
+            for (int e = 0; e < per_vector; ++e) {
+              const int ch = ch0 + e;
+              if (ch >= d) break;
+              float x = vector_element(t.key, v[k], e);
+              if (t.key.dtype == kFp8) x = quant::mul_rn(x, page_scale);
+              else if (t.key.dtype == kInt && !fused) x = dequantize_element(t.key, bytes + t.key_meta, slot, ch, d, x);
+#pragma unroll
+              for (int g = 0; g < G; ++g) {
+                if (g < group) part[g] += q_or_acc[g * d + ch] * x;
+              }
+            }
+          }
+        }
+      }
+      for (int o = 1; o < team; o *= 2) {
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+          if (g < group) part[g] += __shfl_xor_sync(cuda_detail::kFullMask, part[g], o);
+        }
+      }
+      if (slot < hi && part_lane == 0) {
+        float s = 0.0f, z = 0.0f;
+        if (valid && fused) {
+          const std::uint8_t* m = bytes + t.key_meta + static_cast<std::int64_t>(slot) * kPairBytes;
+          s = load_f16(m);
+          z = load_f16(m + 2);
+        }
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+          if (g >= group) continue;
+          const float raw = fused ? s * part[g] + z * q_sums[g] : part[g];
+          w[g * kMaxSplitSlots + idx0 + slot] = valid ? raw * h.scale : -INFINITY;
+        }
+      }
+    }
+    page_walk += t.tokens;
+  }
+  // Residual fp16 rows: walk indices page_walk(all pages) + r; a warp per row.
+  const std::int64_t residual_walk = h.slots - h.residual_tokens;
+  for (std::int64_t j = max(sp.begin, residual_walk) + warp; j < sp.end; j += kSplitWarps) {
+    const std::int64_t r = j - residual_walk;
+    float part[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) part[g] = 0.0f;
+    for (int c = lane; c < d; c += 32) {
+      const float x = quant::f16_to_float(b.residual_keys[h.residual + r * d + c]);
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        if (g < group) part[g] += q_or_acc[g * d + c] * x;
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      if (g >= group) continue;
+      const float qk = warp_sum(part[g]);
+      if (lane == 0) w[g * kMaxSplitSlots + (j - sp.begin)] = qk * h.scale;
+    }
+  }
+  __syncthreads();
+
+  // 2. Maxima and weights, a warp per query head; the raw logits go out first when probs are kept.
+  for (int g = warp; g < group; g += kSplitWarps) {
+    float* l = w + g * kMaxSplitSlots;
+    if (h.probs >= 0) {
+      for (int i = lane; i < n; i += 32) scratch[h.scratch + g * h.slots + sp.begin + i] = l[i];
+    }
+    float m = -INFINITY;
+    for (int i = lane; i < n; i += 32) m = fmaxf(m, l[i]);
+    m = warp_max(m);
+    float s = 0.0f;
+    for (int i = lane; i < n; i += 32) {
+      l[i] = l[i] == -INFINITY ? 0.0f : expf(l[i] - m);  // dead slots weigh exactly 0
+      s += l[i];
+    }
+    s = warp_sum(s);
+    if (lane == 0) {
+      maxima[g] = m;
+      sums[g] = s;
+    }
+  }
+  __syncthreads();
+  for (int i = tid; i < group * d; i += kSplitThreads) q_or_acc[i] = 0.0f;
+  __syncthreads();
+
+  // 3. Values: page by page; a tier's pages accumulate in registers, flushed into q_or_acc lane
+  // group by lane group (a fixed order) whenever the tier changes and at the end.
+  float acc[G * kMaxPerUnit];
+#pragma unroll
+  for (int i = 0; i < G * kMaxPerUnit; ++i) acc[i] = 0.0f;
+  int acc_tier = -1, acc_u0 = 0;
+  const auto flush = [&](const CudaFormatDesc& f, int u0) {
+    const int units = static_cast<int>(f.row_units), per_unit = codes_per_unit(f);
+    const int active = min(kSplitThreads, units - u0);
+    const int lanes = kSplitThreads / active;
+    const int u = u0 + tid % active, my_lane = tid / active;
+    for (int turn = 0; turn < lanes; ++turn) {
+      __syncthreads();
+      if (my_lane == turn) {
+#pragma unroll
+        for (int k = 0; k < kMaxPerUnit; ++k) {
+          if (k >= per_unit || u * per_unit + k >= d) continue;
+#pragma unroll
+          for (int g = 0; g < G; ++g) {
+            if (g < group) q_or_acc[g * d + u * per_unit + k] += acc[g * kMaxPerUnit + k];
+          }
+        }
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < G * kMaxPerUnit; ++i) acc[i] = 0.0f;
+  };
+  page_walk = sp.page_walk;
+  for (std::int64_t p = sp.page; p < h.pages && page_walk < sp.end; ++p) {
+    const CudaPageDesc& page = pages[p];
+    const CudaTierDesc& t = tiers[page.tier];
+    const CudaFormatDesc& f = t.value;
+    const std::uint8_t* codes = b.pages + page.bytes + t.value_codes;
+    const std::uint8_t* meta = b.pages + page.bytes + t.value_meta;
+    const std::uint64_t* live = b.live + page.live;
+    const int lo = static_cast<int>(max(sp.begin, page_walk) - page_walk);
+    const int hi = static_cast<int>(min(sp.end, page_walk + t.tokens) - page_walk);
+    const int idx0 = static_cast<int>(page_walk - sp.begin);
+    const int units = static_cast<int>(f.row_units), per_unit = codes_per_unit(f);
+    const int vec = static_cast<int>(f.vec), tg = static_cast<int>(f.tile_group);
+    const int words_per_unit_block = static_cast<int>(t.tokens / vec);
+    for (int u0 = 0; u0 < units; u0 += kSplitThreads) {
+      if (acc_tier != page.tier || acc_u0 != u0) {  // block-uniform
+        if (acc_tier >= 0) flush(tiers[acc_tier].value, acc_u0);
+        acc_tier = page.tier;
+        acc_u0 = u0;
+      }
+      const int active = min(kSplitThreads, units - u0);
+      const int lanes = kSplitThreads / active;
+      const int u = u0 + tid % active, my_lane = tid / active;
+      if (my_lane >= lanes) continue;
+      for (int word = lo / vec + my_lane; word * vec < hi; word += lanes) {
+        bool any = false;
+        for (int k = 0; k < vec; ++k) {
+          const int slot = word * vec + k;
+          any = any || (slot >= lo && slot < hi && slot_live(live, slot));
+        }
+        if (!any) continue;
+        const std::uint32_t bits = *reinterpret_cast<const std::uint32_t*>(
+            codes + ((static_cast<std::int64_t>(u / tg) * words_per_unit_block + word) * tg + u % tg) * 4);
+        for (int k = 0; k < vec; ++k) {
+          const int slot = word * vec + k;
+          if (slot < lo || slot >= hi || !slot_live(live, slot)) continue;  // poison: never used
+          // Slot k's unit: bytes [k * unit_bytes, (k + 1) * unit_bytes) of the word.
+          uint4 unit_word;
+          unit_word.x = static_cast<int>(f.unit_bytes) == 4 ? bits : bits >> (8 * k * static_cast<int>(f.unit_bytes));
+          unit_word.y = unit_word.z = unit_word.w = 0;
+#pragma unroll
+          for (int e = 0; e < kMaxPerUnit; ++e) {
+            if (e >= per_unit || u * per_unit + e >= d) continue;
+            float x = vector_element(f, unit_word, e);
+            x = dequantize_element(f, meta, slot, u * per_unit + e, d, x);
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+              if (g < group) acc[g * kMaxPerUnit + e] += w[g * kMaxSplitSlots + idx0 + slot] * x;
+            }
+          }
+        }
+      }
+    }
+    page_walk += t.tokens;
+  }
+  if (acc_tier >= 0) flush(tiers[acc_tier].value, acc_u0);
+  // Residual fp16 rows: a thread per channel.
+  for (int c = tid; c < d; c += kSplitThreads) {
+    for (std::int64_t j = max(sp.begin, residual_walk); j < sp.end; ++j) {
+      const float x = quant::f16_to_float(b.residual_values[h.residual + (j - residual_walk) * d + c]);
+      for (int g = 0; g < group; ++g) q_or_acc[g * d + c] += w[g * kMaxSplitSlots + (j - sp.begin)] * x;
+    }
+  }
+  __syncthreads();
+  float* out = partials + sp.partial;
+  if (tid < group) {
+    out[tid] = maxima[tid];
+    out[group + tid] = sums[tid];
+  }
+  for (int i = tid; i < group * d; i += kSplitThreads) out[2 * group + i] = q_or_acc[i];
+}
+
+// One block per head: the splits' maxima, sums and value sums combined; probs from the logits.
+__global__ void __launch_bounds__(kSplitThreads) PagedDecodeCombineKernel(CudaDecodeBatch b, const float* scratch,
+                                                                          const float* partials) {
+  const CudaHeadDesc h = b.heads[blockIdx.x];
+  if (h.split_count == 0) return;  // a one-block head
+  const int d = static_cast<int>(h.head_dim), group = static_cast<int>(h.group);
+  __shared__ float maxima[kMaxGroup], sums[kMaxGroup];
+  const CudaSplitDesc* splits = b.splits + h.first_split;
+  if (threadIdx.x < group) {
+    const int g = static_cast<int>(threadIdx.x);
+    float m = -INFINITY;
+    for (std::int64_t s = 0; s < h.split_count; ++s) m = fmaxf(m, partials[splits[s].partial + g]);
+    float sum = 0.0f;
+    for (std::int64_t s = 0; s < h.split_count; ++s) {
+      const float* part = partials + splits[s].partial;
+      if (part[g] != -INFINITY) sum += expf(part[g] - m) * part[group + g];
+    }
+    maxima[g] = m;
+    sums[g] = sum;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < group * d; i += blockDim.x) {
+    const int g = i / d;
+    float acc = 0.0f;
+    for (std::int64_t s = 0; s < h.split_count; ++s) {
+      const float* part = partials + splits[s].partial;
+      if (part[g] != -INFINITY) acc += expf(part[g] - maxima[g]) * part[2 * group + i];
+    }
+    b.out[h.out + i] = acc / sums[g];
+  }
+  if (h.probs >= 0) {
+    for (std::int64_t i = threadIdx.x; i < group * h.slots; i += blockDim.x) {
+      const int g = static_cast<int>(i / h.slots);
+      const float l = scratch[h.scratch + i];
+      b.probs[h.probs + i] = l == -INFINITY ? 0.0f : expf(l - maxima[g]) / sums[g];
+    }
+  }
+}
+
 }  // namespace
 
 void paged_decode_attention_cuda_device(const CudaDecodeBatch& batch, float* scratch, void* stream) {
   if (batch.head_count == 0) return;
-  PagedDecodeKernel<<<static_cast<unsigned>(batch.head_count), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      batch, scratch);
-  check(cudaGetLastError(), "PagedDecodeKernel launch");
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (batch.splits == nullptr) {
+    PagedDecodeKernel<<<static_cast<unsigned>(batch.head_count), kThreads, 0, s>>>(batch, scratch);
+    check(cudaGetLastError(), "PagedDecodeKernel launch");
+    return;
+  }
+  if (batch.one_block_heads > 0) {
+    PagedDecodeKernel<<<static_cast<unsigned>(batch.head_count), kThreads, 0, s>>>(batch, scratch);
+    check(cudaGetLastError(), "PagedDecodeKernel launch");
+  }
+  if (batch.split_count == 0) return;
+  float* partials = scratch + batch.scratch_elements;
+  const auto grid = static_cast<unsigned>(batch.split_count);
+  switch (batch.split_group) {
+    case 1: PagedDecodeSplitKernel<1><<<grid, kSplitThreads, 0, s>>>(batch, scratch, partials); break;
+    case 2: PagedDecodeSplitKernel<2><<<grid, kSplitThreads, 0, s>>>(batch, scratch, partials); break;
+    case 4: PagedDecodeSplitKernel<4><<<grid, kSplitThreads, 0, s>>>(batch, scratch, partials); break;
+    case 8: PagedDecodeSplitKernel<8><<<grid, kSplitThreads, 0, s>>>(batch, scratch, partials); break;
+    case 16: PagedDecodeSplitKernel<16><<<grid, kSplitThreads, 0, s>>>(batch, scratch, partials); break;
+    default: throw std::invalid_argument("paged_decode_attention_cuda: split_group must be 1, 2, 4, 8 or 16");
+  }
+  check(cudaGetLastError(), "PagedDecodeSplitKernel launch");
+  PagedDecodeCombineKernel<<<static_cast<unsigned>(batch.head_count), kSplitThreads, 0, s>>>(batch, scratch, partials);
+  check(cudaGetLastError(), "PagedDecodeCombineKernel launch");
 }
 
-void paged_decode_attention_cuda_host(const CudaDecodeBatch& batch) {
+void paged_decode_attention_cuda_host(const CudaDecodeBatch& batch, std::int64_t split_slots) {
   for (std::int64_t i = 0; i < batch.head_count; ++i) {
     const CudaHeadDesc& h = batch.heads[i];
     if (h.head_dim < 1 || h.head_dim > kCudaDecodeMaxHeadDim || h.group < 1 || h.group > kCudaDecodeMaxGroup) {
@@ -252,19 +604,22 @@ void paged_decode_attention_cuda_host(const CudaDecodeBatch& batch) {
     }
   }
   require_device();
+  const CudaDecodePlan plan = split_slots < 0 ? CudaDecodePlan{} : plan_decode_splits(batch, split_slots);
   DeviceBuffer<std::uint8_t> pages(batch.page_bytes);
   DeviceBuffer<std::uint64_t> live(batch.live_words);
   DeviceBuffer<CudaTierDesc> tiers(batch.tier_count);
   DeviceBuffer<CudaPageDesc> page_descs(batch.page_count);
   DeviceBuffer<CudaHeadDesc> heads(batch.head_count);
+  DeviceBuffer<CudaSplitDesc> splits(static_cast<std::int64_t>(plan.splits.size()));
   DeviceBuffer<std::uint16_t> residual_keys(batch.residual_elements), residual_values(batch.residual_elements);
   DeviceBuffer<float> q(batch.q_elements), out(batch.out_elements), probs(batch.probs_elements);
-  DeviceBuffer<float> scratch(batch.scratch_elements);
+  DeviceBuffer<float> scratch(batch.scratch_elements + plan.partial_elements);
   pages.upload(batch.pages);
   live.upload(batch.live);
   tiers.upload(batch.tiers);
   page_descs.upload(batch.page_descs);
-  heads.upload(batch.heads);
+  heads.upload(plan.split ? plan.heads.data() : batch.heads);
+  splits.upload(plan.splits.data());
   residual_keys.upload(batch.residual_keys);
   residual_values.upload(batch.residual_values);
   q.upload(batch.q);
@@ -280,10 +635,169 @@ void paged_decode_attention_cuda_host(const CudaDecodeBatch& batch) {
   on_device.q = q.get();
   on_device.out = out.get();
   on_device.probs = probs.get();
+  on_device.splits = plan.split ? splits.get() : nullptr;
+  on_device.split_count = static_cast<std::int64_t>(plan.splits.size());
+  on_device.one_block_heads = plan.one_block_heads;
+  on_device.split_group = plan.split_group;
   paged_decode_attention_cuda_device(on_device, scratch.get(), nullptr);
   check(cudaDeviceSynchronize(), "PagedDecodeKernel");
   out.download(batch.out);
   probs.download(batch.probs);
+}
+
+namespace {
+
+// Elapsed device seconds of f() (which enqueues on the default stream), between two events.
+template <typename F>
+double device_seconds(F&& f) {
+  cudaEvent_t begin, end;
+  check(cudaEventCreate(&begin), "cudaEventCreate");
+  check(cudaEventCreate(&end), "cudaEventCreate");
+  check(cudaEventRecord(begin), "cudaEventRecord");
+  f();
+  check(cudaEventRecord(end), "cudaEventRecord");
+  check(cudaEventSynchronize(end), "cudaEventSynchronize");
+  float ms = 0.0f;
+  check(cudaEventElapsedTime(&ms, begin, end), "cudaEventElapsedTime");
+  cudaEventDestroy(begin);
+  cudaEventDestroy(end);
+  return static_cast<double>(ms) * 1e-3;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+CudaDecodeTiming time_paged_decode_cuda(const CudaDecodeBatch& one_head, std::int64_t heads, int calls, int repeats,
+                                        std::int64_t split_slots) {
+  if (one_head.head_count != 1 || one_head.probs_elements != 0 || heads < 1 || calls < 1 || repeats < 1) {
+    throw std::invalid_argument("time_paged_decode_cuda: one head without probs, and positive heads, calls, repeats");
+  }
+  paged_decode_attention_cuda_host(one_head, split_slots);  // validates the head's limits (and runs it once)
+  require_device();
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  const CudaHeadDesc& h0 = one_head.heads[0];
+  const std::int64_t stride = (one_head.page_bytes + 255) / 256 * 256;  // one copy of the head's pages
+  const std::int64_t footprint = 4 * static_cast<std::int64_t>(prop.l2CacheSize);
+  const std::int64_t sets = std::max<std::int64_t>(1, (footprint + heads * stride - 1) / (heads * stride));
+  const std::int64_t copies = sets * heads;
+
+  DeviceBuffer<std::uint8_t> pages(copies * stride);
+  check(cudaMemset(pages.get(), 0, static_cast<std::size_t>(stride)), "cudaMemset");
+  check(cudaMemcpy(pages.get(), one_head.pages, static_cast<std::size_t>(one_head.page_bytes), cudaMemcpyHostToDevice),
+        "cudaMemcpy to device");
+  for (std::int64_t done = 1; done < copies;) {  // doubling copies on the device
+    const std::int64_t n = std::min(done, copies - done);
+    check(cudaMemcpy(pages.get() + done * stride, pages.get(), static_cast<std::size_t>(n * stride),
+                     cudaMemcpyDeviceToDevice),
+          "cudaMemcpy on device");
+    done += n;
+  }
+  // The split plan of the whole batch (heads copies of the head), replicated for every set.
+  CudaDecodeBatch all = one_head;
+  std::vector<CudaHeadDesc> all_heads(static_cast<std::size_t>(heads), h0);
+  all.heads = all_heads.data();
+  all.head_count = heads;
+  const CudaDecodePlan plan = split_slots < 0 ? CudaDecodePlan{} : plan_decode_splits(all, split_slots);
+  const std::int64_t head_splits = plan.split ? plan.heads[0].split_count : 0;
+  const std::int64_t head_partial = plan.split ? plan.partial_elements / heads : 0;
+  std::vector<CudaSplitDesc> split_descs;
+  std::vector<CudaPageDesc> page_descs;
+  std::vector<CudaHeadDesc> head_descs;
+  for (std::int64_t c = 0; c < copies; ++c) {
+    CudaHeadDesc h = h0;
+    if (plan.split) {
+      h.first_split = (c % heads) * head_splits;  // relative to the set's splits
+      h.split_count = head_splits;
+      for (std::int64_t k = 0; k < head_splits; ++k) {
+        CudaSplitDesc sd = plan.splits[static_cast<std::size_t>(k)];
+        sd.head = c % heads;  // heads of the set: the batch's heads pointer moves with the set
+        sd.partial += (c % heads) * head_partial;
+        split_descs.push_back(sd);
+      }
+    }
+    h.first_page = static_cast<std::int64_t>(page_descs.size());
+    for (std::int64_t p = 0; p < h0.pages; ++p) {
+      CudaPageDesc d = one_head.page_descs[h0.first_page + p];
+      d.bytes += c * stride;
+      page_descs.push_back(d);
+    }
+    h.residual = 0;
+    h.q = 0;
+    h.out = (c % heads) * h0.group * h0.head_dim;
+    h.scratch = (c % heads) * h0.group * h0.slots;
+    head_descs.push_back(h);
+  }
+  DeviceBuffer<std::uint64_t> live(one_head.live_words);
+  DeviceBuffer<CudaTierDesc> tiers(one_head.tier_count);
+  DeviceBuffer<CudaPageDesc> d_page_descs(static_cast<std::int64_t>(page_descs.size()));
+  DeviceBuffer<CudaHeadDesc> d_heads(copies);
+  DeviceBuffer<std::uint16_t> residual_keys(one_head.residual_elements), residual_values(one_head.residual_elements);
+  DeviceBuffer<CudaSplitDesc> d_splits(static_cast<std::int64_t>(split_descs.size()));
+  d_splits.upload(split_descs.data());
+  DeviceBuffer<float> q(one_head.q_elements), out(heads * h0.group * h0.head_dim),
+      scratch(heads * h0.group * h0.slots + plan.partial_elements);
+  live.upload(one_head.live);
+  tiers.upload(one_head.tiers);
+  d_page_descs.upload(page_descs.data());
+  d_heads.upload(head_descs.data());
+  residual_keys.upload(one_head.residual_keys);
+  residual_values.upload(one_head.residual_values);
+  q.upload(one_head.q);
+
+  CudaDecodeBatch b = one_head;
+  b.pages = pages.get();
+  b.page_bytes = copies * stride;
+  b.live = live.get();
+  b.tiers = tiers.get();
+  b.page_descs = d_page_descs.get();
+  b.page_count = static_cast<std::int64_t>(page_descs.size());
+  b.residual_keys = residual_keys.get();
+  b.residual_values = residual_values.get();
+  b.q = q.get();
+  b.out = out.get();
+  b.out_elements = heads * h0.group * h0.head_dim;
+  b.head_count = heads;
+  b.scratch_elements = heads * h0.group * h0.slots;
+  const auto launch = [&](std::int64_t call) {
+    CudaDecodeBatch set = b;
+    set.heads = d_heads.get() + (call % sets) * heads;
+    if (plan.split) {
+      set.splits = d_splits.get() + (call % sets) * heads * head_splits;
+      set.split_count = heads * head_splits;
+      set.split_group = plan.split_group;
+    }
+    paged_decode_attention_cuda_device(set, scratch.get(), nullptr);
+  };
+
+  constexpr std::size_t kCopyBytes = std::size_t{512} << 20;
+  DeviceBuffer<std::uint8_t> src(static_cast<std::int64_t>(kCopyBytes)), dst(static_cast<std::int64_t>(kCopyBytes));
+  check(cudaMemset(src.get(), 1, kCopyBytes), "cudaMemset");
+  const auto copy = [&] {
+    check(cudaMemcpy(dst.get(), src.get(), kCopyBytes, cudaMemcpyDeviceToDevice), "cudaMemcpy on device");
+  };
+  for (std::int64_t c = 0; c < std::max<std::int64_t>(3, sets); ++c) launch(c);  // warm-up
+  copy();
+  check(cudaDeviceSynchronize(), "warm-up");
+  std::vector<double> decode, copy_rate;
+  std::int64_t next = 0;
+  for (int r = 0; r < repeats; ++r) {
+    decode.push_back(device_seconds([&] {
+                       for (int c = 0; c < calls; ++c) launch(next++);
+                     }) /
+                     calls);
+    copy_rate.push_back(2.0 * static_cast<double>(kCopyBytes) / device_seconds(copy));
+  }
+  check(cudaGetLastError(), "PagedDecodeKernel (timing)");
+  CudaDecodeTiming t;
+  t.decode_seconds = median(decode);
+  t.copy_bytes_per_s = median(copy_rate);
+  t.sets = sets;
+  return t;
 }
 
 }  // namespace kvcheck

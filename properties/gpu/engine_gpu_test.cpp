@@ -87,7 +87,11 @@ TEST(EngineGpu, EmbeddedModelTokensEqualTheCpuBackend) {
       if (policy == "full-fp32") {
         EXPECT_EQ(a.generated, b.generated) << policy << ", prompt seed " << seed;
       }
-      EXPECT_LT(logits_nmse(b, a), 1e-8) << policy << ", prompt seed " << seed;
+      // Unquantized caches: float noise alone (summation order). Quantized ones: float noise in a
+      // key or value can move one INT code by a step, which later layers carry (int8 measured
+      // 1.2e-8 on an H100 with the split decode kernel); a wrong head or page is orders above.
+      const bool quantized = policy != "full-fp32" && policy != "full-fp16";
+      EXPECT_LT(logits_nmse(b, a), quantized ? 1e-6 : 1e-8) << policy << ", prompt seed " << seed;
     }
   }
 }

@@ -32,14 +32,17 @@ struct AttentionRun {
   std::vector<float> out, probs;
 };
 
-AttentionRun run(const DecodeCase& c, bool gpu) {
+// split_slots as paged_decode_attention_cuda: 0 the split path at the head's own size, N forced
+// splits of at most N walk indices, -1 the one-block-per-head kernel.
+AttentionRun run(const DecodeCase& c, bool gpu, std::int64_t split_slots = 0) {
   AttentionRun r;
   r.out.assign(static_cast<std::size_t>(c.group * c.head_dim), -1.0f);
   r.probs.assign(static_cast<std::size_t>(c.group * c.slots), -1.0f);
   const DecodeHeadInput in = c.input();
   const DecodeHeadOutput out{r.out, r.probs};
   if (gpu) {
-    paged_decode_attention_cuda(std::span<const DecodeHeadInput>(&in, 1), std::span<const DecodeHeadOutput>(&out, 1));
+    paged_decode_attention_cuda(std::span<const DecodeHeadInput>(&in, 1), std::span<const DecodeHeadOutput>(&out, 1),
+                                split_slots);
   } else {
     paged_decode_attention(in, out);
   }
@@ -50,7 +53,8 @@ TEST(PagedAttentionGpu, MatchesOracleAndCpuTwin) {
   KVCHECK_REQUIRE_GPU();
   check_property("paged decode attention/GPU vs oracle and CPU twin", kCases, [] {
     const DecodeCase c = testing::draw_decode_case(kCudaDecodeMaxHeadDim, kCudaDecodeMaxGroup);
-    const AttentionRun gpu = run(c, true);
+    const std::int64_t split_slots = *rc::gen::element<std::int64_t>(-1, 0, 1, 3, 16);
+    const AttentionRun gpu = run(c, true, split_slots);
     const AttentionRun cpu = run(c, false);
     const RetainedAttentionRef ref = testing::decode_oracle(c);
     const auto n = static_cast<std::size_t>(c.live());
@@ -65,7 +69,8 @@ TEST(PagedAttentionGpu, MatchesOracleAndCpuTwin) {
         if (std::fabs(gpu.out[at] - ref.out[at]) > tol.out || std::fabs(gpu.out[at] - cpu.out[at]) > 2.0 * tol.out) {
           RC_FAIL("head " + std::to_string(g) + ", channel " + std::to_string(ch) + ": GPU " +
                   std::to_string(gpu.out[at]) + ", CPU " + std::to_string(cpu.out[at]) + ", oracle " +
-                  std::to_string(ref.out[at]) + ", tolerance " + std::to_string(tol.out) + " (" + c.summary + ")");
+                  std::to_string(ref.out[at]) + ", tolerance " + std::to_string(tol.out) + ", split_slots " +
+                  std::to_string(split_slots) + " (" + c.summary + ")");
         }
       }
       const float* p = gpu.probs.data() + g * c.slots;
@@ -77,7 +82,8 @@ TEST(PagedAttentionGpu, MatchesOracleAndCpuTwin) {
         const double got = p[c.live_walk_index[r]];
         if (std::fabs(got - want) > tol.prob_rel * want + testing::kProbUnderflow) {
           RC_FAIL("head " + std::to_string(g) + ", live token " + std::to_string(r) + ": GPU prob " +
-                  std::to_string(got) + ", oracle " + std::to_string(want) + " (" + c.summary + ")");
+                  std::to_string(got) + ", oracle " + std::to_string(want) + ", split_slots " +
+                  std::to_string(split_slots) + " (" + c.summary + ")");
         }
       }
     }
@@ -119,7 +125,8 @@ TEST(PagedAttentionGpu, DeadSlotContentsAreNeverRead) {
   KVCHECK_REQUIRE_GPU();
   check_property("paged decode attention/GPU dead slots never read", kCases / 4, [] {
     DecodeCase c = testing::draw_decode_case(kCudaDecodeMaxHeadDim, kCudaDecodeMaxGroup);
-    const AttentionRun before = run(c, true);
+    const std::int64_t split_slots = *rc::gen::element<std::int64_t>(-1, 0, 3);
+    const AttentionRun before = run(c, true, split_slots);
     std::mt19937_64 rng(*rc::gen::arbitrary<std::uint64_t>());
     for (const PageId id : c.walk) {
       const int tier = c.pool.owner(id).tier;
@@ -136,7 +143,7 @@ TEST(PagedAttentionGpu, DeadSlotContentsAreNeverRead) {
         c.pool.store_codes(id, s, junk);
       }
     }
-    const AttentionRun after = run(c, true);
+    const AttentionRun after = run(c, true, split_slots);
     RC_ASSERT(std::memcmp(before.out.data(), after.out.data(), before.out.size() * sizeof(float)) == 0);
     RC_ASSERT(std::memcmp(before.probs.data(), after.probs.data(), before.probs.size() * sizeof(float)) == 0);
   });

@@ -1,7 +1,10 @@
 // The CUDA decode batch builder (kernels/paged_attention_cuda_adapter.h), on the host: every page's
 // bytes and live words land where its descriptor says, 16-byte aligned; heads, tiers, residuals,
 // queries, outputs and scratch get disjoint consecutive ranges; outputs scatter back to their
-// heads; a bad head is refused by index before anything is gathered. Needs no GPU.
+// heads; a bad head is refused by index before anything is gathered. The split path's plan cuts
+// every head's walk into consecutive runs that cover it once, each starting in the page it names,
+// and leaves the heads it cannot read (and only those) to the one-block kernel.
+// Needs no GPU.
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 
@@ -102,6 +105,63 @@ TEST(CudaDecodeBatch, GathersEveryHeadWhereItsDescriptorsSay) {
       RC_ASSERT(o.out[i].back() == static_cast<float>(h.out + static_cast<std::int64_t>(o.out[i].size()) - 1));
       if (i % 2 == 1) RC_ASSERT(o.probs[i].front() == static_cast<float>(-h.probs));
     }
+  });
+}
+
+TEST(CudaDecodeBatch, SplitPlanCoversEveryWalkIndexOnceFromTheRightPage) {
+  testing::check_property("CUDA decode batch/split plan", 200, [] {
+    const int heads = *rc::gen::inRange(1, 6);
+    const std::int64_t split_slots = *rc::gen::element<std::int64_t>(0, 1, 2, 5, 16, 1000);
+    std::vector<DecodeCase> cases;
+    cases.reserve(static_cast<std::size_t>(heads));
+    for (int i = 0; i < heads; ++i) cases.push_back(testing::draw_decode_case());
+    std::vector<DecodeHeadInput> in;
+    for (const DecodeCase& c : cases) in.push_back(c.input());
+    Outputs o = make_outputs(cases);
+    const CudaDecodeBatchHost host(in, o.views);
+    const CudaDecodeBatch& b = host.batch();
+    const CudaDecodePlan plan = plan_decode_splits(b, split_slots);
+    RC_ASSERT(static_cast<std::int64_t>(plan.heads.size()) == b.head_count);
+    std::int64_t partial = 0, next_split = 0, one_block = 0;
+    for (std::int64_t i = 0; i < b.head_count; ++i) {
+      const CudaHeadDesc& h = plan.heads[static_cast<std::size_t>(i)];
+      bool readable = true;  // every tier of the head's pages is one the split kernel reads
+      for (std::int64_t p = 0; p < h.pages; ++p) {
+        readable = readable && split_kernel_reads(b.tiers[h.tiers + b.page_descs[h.first_page + p].tier]);
+      }
+      RC_ASSERT(h.first_split == next_split);
+      if (!readable) {  // the one-block kernel's head, in the same call
+        RC_ASSERT(h.split_count == 0);
+        ++one_block;
+        continue;
+      }
+      RC_ASSERT(h.split_count >= 1 && plan.split_group >= h.group);
+      std::int64_t walk = 0;
+      for (std::int64_t k = 0; k < h.split_count; ++k) {
+        const CudaSplitDesc& s = plan.splits[static_cast<std::size_t>(h.first_split + k)];
+        RC_ASSERT(s.head == i && s.begin == walk && s.end > s.begin);
+        RC_ASSERT(s.end - s.begin <= (split_slots > 0 ? std::min(split_slots, kCudaDecodeMaxSplitSlots)
+                                                      : kCudaDecodeMaxSplitSlots));
+        // The page it names starts at page_walk and holds `begin` (or, past every page, residual rows).
+        std::int64_t page_walk = 0;
+        for (std::int64_t p = 0; p < s.page; ++p) page_walk += b.tiers[h.tiers + b.page_descs[h.first_page + p].tier].tokens;
+        RC_ASSERT(s.page_walk == page_walk && s.begin >= page_walk);
+        if (s.page < h.pages) {
+          RC_ASSERT(s.begin < page_walk + b.tiers[h.tiers + b.page_descs[h.first_page + s.page].tier].tokens);
+        } else {
+          RC_ASSERT(s.begin >= h.slots - h.residual_tokens);
+        }
+        RC_ASSERT(s.partial == partial);
+        partial += h.group * (2 + h.head_dim);
+        walk = s.end;
+      }
+      RC_ASSERT(walk == h.slots);
+      next_split += h.split_count;
+    }
+    RC_ASSERT(next_split == static_cast<std::int64_t>(plan.splits.size()) && plan.partial_elements == partial);
+    RC_ASSERT(plan.one_block_heads == one_block && plan.split == (one_block < b.head_count));
+    RC_ASSERT(plan.split_group == 1 || plan.split_group == 2 || plan.split_group == 4 || plan.split_group == 8 ||
+              plan.split_group == 16);
   });
 }
 
