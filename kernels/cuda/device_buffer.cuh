@@ -1,5 +1,6 @@
 // Host-side helpers shared by the CUDA kernels' entry points: error checks that name the call,
-// the device requirement, and a device buffer owned for the length of one call.
+// the device requirement, a device buffer owned for the length of one call, and the device time
+// of enqueued work (for the timing entry points bench/ calls).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -43,5 +44,22 @@ class DeviceBuffer {
   T* ptr_ = nullptr;
   std::int64_t n_;
 };
+
+// Elapsed device seconds of the work f() enqueues on the default stream, between two events.
+template <typename F>
+double device_seconds(F&& f) {
+  cudaEvent_t begin, end;
+  check(cudaEventCreate(&begin), "cudaEventCreate");
+  check(cudaEventCreate(&end), "cudaEventCreate");
+  check(cudaEventRecord(begin), "cudaEventRecord");
+  f();
+  check(cudaEventRecord(end), "cudaEventRecord");
+  check(cudaEventSynchronize(end), "cudaEventSynchronize");
+  float ms = 0.0f;
+  check(cudaEventElapsedTime(&ms, begin, end), "cudaEventElapsedTime");
+  cudaEventDestroy(begin);
+  cudaEventDestroy(end);
+  return static_cast<double>(ms) * 1e-3;
+}
 
 }  // namespace kvcheck::cuda_detail
