@@ -12,8 +12,10 @@
 //
 // Memory. The KV budget becomes floor(budget / page_bytes) pages. Paged configurations take pages
 // as requests grow; the contiguous baseline (`contiguous`) runs full fp16 but admits a request only
-// when the pages of a whole max_position_embeddings-token cache fit beside the others' (the
-// scheduler's reserve_tokens), as a cache allocated contiguously at the maximum length would.
+// when the pages of its whole maximum length (its prompt plus its output cap, at most
+// max_position_embeddings: the scheduler's reserve_tokens) fit beside the others' reservations, as
+// a cache allocated contiguously per request would; a request whose reservation exceeds the whole
+// pool fails with that reason (counted in requests_failed, never run).
 // Sampled after every step with a request running:
 //   KV bytes       pages in use (contiguous: reserved) x page_bytes; the peak is reported;
 //   fragmentation  1 - live slots / allocated slots (contiguous: slots of the reserved pages).

@@ -51,8 +51,16 @@ void Scheduler::log(const std::string& line) const {
 }
 
 std::int64_t Scheduler::reserved_pages() const {
-  if (config_.reserve_tokens == 0) return 0;
-  return static_cast<std::int64_t>(running_.size()) * cache_.request_pages(config_.reserve_tokens);
+  std::int64_t pages = 0;
+  if (config_.reserve_tokens == 0) return pages;
+  for (const Running& r : running_) pages += r.reserved_pages;
+  return pages;
+}
+
+std::int64_t Scheduler::reservation_tokens(const GenerationRequest& request) const {
+  const auto prompt = static_cast<std::int64_t>(request.prompt.size());
+  const std::int64_t cap = std::max<std::int64_t>(request.max_new_tokens, 0);
+  return cap > config_.reserve_tokens - prompt ? config_.reserve_tokens : prompt + cap;  // no overflow
 }
 
 void Scheduler::append_token(Running& r, std::int32_t token) {
@@ -85,9 +93,13 @@ void Scheduler::submit(GenerationRequest request) {
   } else if (cache_.request_pages(prompt) > cache_.pool_pages()) {
     error = fmt::format("prompt of {} tokens needs {} pages, the pool has {}", prompt, cache_.request_pages(prompt),
                         cache_.pool_pages());
-  } else if (config_.reserve_tokens > 0 && cache_.request_pages(config_.reserve_tokens) > cache_.pool_pages()) {
-    error = fmt::format("a contiguous reservation of {} tokens needs {} pages, the pool has {}",
-                        config_.reserve_tokens, cache_.request_pages(config_.reserve_tokens), cache_.pool_pages());
+  } else if (config_.reserve_tokens > 0 &&
+             cache_.request_pages(reservation_tokens(r.request)) > cache_.pool_pages()) {
+    const std::int64_t tokens = reservation_tokens(r.request);
+    error = fmt::format("a contiguous reservation of {} tokens (prompt {} + output cap {}, at most {}) needs {} "
+                        "pages, the pool has {}",
+                        tokens, prompt, r.request.max_new_tokens, config_.reserve_tokens, cache_.request_pages(tokens),
+                        cache_.pool_pages());
   }
   if (!error.empty()) {
     fail(r, error);
@@ -171,10 +183,10 @@ void Scheduler::admit() {
     }
     if (config_.reserve_tokens > 0) {
       // Contiguous allocation: the whole reservation is taken at admission, growth never asks.
-      const std::int64_t reservation = cache_.request_pages(config_.reserve_tokens);
-      if (reserved_pages() + reservation > pool) {
+      r.reserved_pages = cache_.request_pages(reservation_tokens(r.request));
+      if (reserved_pages() + r.reserved_pages > pool) {
         log(fmt::format("request {} waits: its reservation of {} pages does not fit beside {} reserved of {}",
-                        r.request.id, reservation, reserved_pages(), pool));
+                        r.request.id, r.reserved_pages, reserved_pages(), pool));
         break;
       }
     }

@@ -60,10 +60,13 @@ struct SchedulerConfig {
   std::int64_t recompute_max_tokens = 256;
   // Receives one line per scheduling decision (admission refused, preemption and its inputs).
   std::function<void(const std::string&)> log;
-  // 0: pages are taken as a request grows (paging). > 0: contiguous allocation as in a cache sized
-  // to the maximum length: each running request reserves the pages of this many tokens when it is
-  // admitted, and a request is admitted only while the reservations fit the pool. Growth never
-  // exceeds a reservation that covers max_position_embeddings, so nothing is preempted.
+  // 0: pages are taken as a request grows (paging). > 0: contiguous allocation, as a cache that
+  // gives each request its maximum length up front: a request reserves, when it is admitted, the
+  // pages of its prompt plus its output cap (max_new_tokens), at most this many tokens (the
+  // cache's longest sequence, e.g. max_position_embeddings), and is admitted only while the
+  // reservations fit the pool. A request whose reservation exceeds the whole pool is answered at
+  // submission with that reason. Growth never exceeds a reservation that covers its output cap,
+  // so nothing is preempted.
   std::int64_t reserve_tokens = 0;
   // Called after a token is appended to a request's output: (request id, tokens generated so far).
   // Replays after a preemption by recompute append nothing and call nothing.
@@ -134,10 +137,14 @@ class Scheduler {
     GenerationRequest request;
     GenerationResult result;
     std::int64_t admit_order = 0;
+    std::int64_t reserved_pages = 0;               // its contiguous reservation (reserve_tokens > 0)
     std::optional<PagedKvCache::Swapped> swapped;  // set while preempted by swap
     bool recompute = false;                        // set while preempted by recompute
   };
   void log(const std::string& line) const;
+  // Tokens a contiguous reservation holds for this request: prompt + output cap, at most
+  // reserve_tokens.
+  std::int64_t reservation_tokens(const GenerationRequest& request) const;
   void append_token(Running& r, std::int32_t token);
   void admit();
   // Resumes or starts a request: prefill (and replay), or swap-in. PoolExhausted propagates.
