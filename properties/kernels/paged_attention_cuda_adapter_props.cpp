@@ -42,14 +42,25 @@ Outputs make_outputs(const std::vector<DecodeCase>& cases) {
   return o;
 }
 
+// `heads` drawn decode cases (inside a property).
+std::vector<DecodeCase> draw_cases(int heads) {
+  std::vector<DecodeCase> cases;
+  cases.reserve(static_cast<std::size_t>(heads));
+  for (int i = 0; i < heads; ++i) cases.push_back(testing::draw_decode_case());
+  return cases;
+}
+
+std::vector<DecodeHeadInput> inputs_of(const std::vector<DecodeCase>& cases) {
+  std::vector<DecodeHeadInput> in;
+  for (const DecodeCase& c : cases) in.push_back(c.input());
+  return in;
+}
+
 TEST(CudaDecodeBatch, GathersEveryHeadWhereItsDescriptorsSay) {
   testing::check_property("CUDA decode batch/gather", 200, [] {
     const int heads = *rc::gen::inRange(1, 6);
-    std::vector<DecodeCase> cases;
-    cases.reserve(static_cast<std::size_t>(heads));
-    for (int i = 0; i < heads; ++i) cases.push_back(testing::draw_decode_case());
-    std::vector<DecodeHeadInput> in;
-    for (const DecodeCase& c : cases) in.push_back(c.input());
+    const std::vector<DecodeCase> cases = draw_cases(heads);
+    const std::vector<DecodeHeadInput> in = inputs_of(cases);
     Outputs o = make_outputs(cases);
     const CudaDecodeBatchHost host(in, o.views);
     const CudaDecodeBatch& b = host.batch();
@@ -112,11 +123,8 @@ TEST(CudaDecodeBatch, SplitPlanCoversEveryWalkIndexOnceFromTheRightPage) {
   testing::check_property("CUDA decode batch/split plan", 200, [] {
     const int heads = *rc::gen::inRange(1, 6);
     const std::int64_t split_slots = *rc::gen::element<std::int64_t>(0, 1, 2, 5, 16, 1000);
-    std::vector<DecodeCase> cases;
-    cases.reserve(static_cast<std::size_t>(heads));
-    for (int i = 0; i < heads; ++i) cases.push_back(testing::draw_decode_case());
-    std::vector<DecodeHeadInput> in;
-    for (const DecodeCase& c : cases) in.push_back(c.input());
+    const std::vector<DecodeCase> cases = draw_cases(heads);
+    const std::vector<DecodeHeadInput> in = inputs_of(cases);
     Outputs o = make_outputs(cases);
     const CudaDecodeBatchHost host(in, o.views);
     const CudaDecodeBatch& b = host.batch();
