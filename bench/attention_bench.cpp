@@ -33,6 +33,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/bench_baselines.h"
@@ -209,8 +210,9 @@ constexpr std::int64_t kCudaKvHeads = 8;  // Llama-3-8B
 struct CudaResult {
   double seconds, bytes, copy_bytes_per_s;
 };
-std::map<std::string, CudaResult>& cuda_results() {  // "ctx:C/batch:B" -> mix -> result
-  static std::map<std::string, CudaResult> r;
+// (case "ctx:C/batch:B", tiers) -> result
+std::map<std::pair<std::string, std::string>, CudaResult>& cuda_results() {
+  static std::map<std::pair<std::string, std::string>, CudaResult> r;
   return r;
 }
 
@@ -240,7 +242,7 @@ void BM_DecodeAttentionCuda(benchmark::State& state, CudaCase c) {
   state.counters["vs_copy_bw"] = bytes / t.decode_seconds / t.copy_bytes_per_s;
   state.counters["stored_MiB"] = bytes / (1 << 20);
   state.counters["page_sets"] = static_cast<double>(t.sets);
-  cuda_results()[fmt_case(c.context, c.batch) + "|" + c.mix->name + (c.split_slots < 0 ? "/one-block" : "")] = {
+  cuda_results()[{fmt_case(c.context, c.batch), c.mix->name + (c.split_slots < 0 ? "/one-block" : "")}] = {
       t.decode_seconds, bytes, t.copy_bytes_per_s};
 }
 
@@ -343,17 +345,12 @@ class DecodeSummary : public benchmark::ConsoleReporter {
                 static_cast<long long>(kHeadDim), static_cast<long long>(kGroup), static_cast<long long>(kCudaKvHeads));
     std::printf("  %-24s %-18s %10s %9s %10s %10s %12s %12s\n", "case", "tiers", "GB/s", "copy GB/s", "vs copy",
                 "bytes/fp16", "speedup/fp16", "of byte gain");
-    std::map<std::string, CudaResult> fp16;
     for (const auto& [key, r] : cuda_results()) {
-      const std::string where = key.substr(0, key.find('|')), mix = key.substr(key.find('|') + 1);
-      if (mix == "fp16") fp16[where] = r;
-    }
-    for (const auto& [key, r] : cuda_results()) {
-      const std::string where = key.substr(0, key.find('|')), mix = key.substr(key.find('|') + 1);
+      const auto& [where, mix] = key;
       const double rate = r.bytes / r.seconds;
-      const auto base = fp16.find(where);
-      const double byte_ratio = base == fp16.end() ? NAN : r.bytes / base->second.bytes;
-      const double speedup = base == fp16.end() ? NAN : base->second.seconds / r.seconds;
+      const auto base = cuda_results().find({where, "fp16"});
+      const double byte_ratio = base == cuda_results().end() ? NAN : r.bytes / base->second.bytes;
+      const double speedup = base == cuda_results().end() ? NAN : base->second.seconds / r.seconds;
       std::printf("  %-24s %-18s %10.1f %9.1f %10.3f %10.3f %12.3f %12.3f\n", where.c_str(), mix.c_str(), rate * 1e-9,
                   r.copy_bytes_per_s * 1e-9, rate / r.copy_bytes_per_s, byte_ratio, speedup, speedup * byte_ratio);
     }

@@ -139,13 +139,18 @@ bool split_kernel_reads(const CudaTierDesc& tier) {
 
 namespace {
 
+// The tier of page p (in walk order) of head h.
+const CudaTierDesc& page_tier(const CudaDecodeBatch& host, const CudaHeadDesc& h, std::int64_t p) {
+  return host.tiers[h.tiers + host.page_descs[h.first_page + p].tier];
+}
+
 // A head's own split size, from its tiers alone (so a head splits the same way in any batch, and
 // its result is the same bit for bit): about 64 KiB of code rows per split, in whole warps of
 // walk indices, between 64 and kCudaDecodeMaxSplitSlots.
 std::int64_t auto_split_slots(const CudaDecodeBatch& host, const CudaHeadDesc& h) {
   std::int64_t row_bytes = 1;
   for (std::int64_t p = 0; p < h.pages; ++p) {
-    const CudaTierDesc& t = host.tiers[h.tiers + host.page_descs[h.first_page + p].tier];
+    const CudaTierDesc& t = page_tier(host, h, p);
     row_bytes = std::max(row_bytes, t.key.row_units * t.key.unit_bytes + t.value.row_units * t.value.unit_bytes);
   }
   const std::int64_t slots = (std::int64_t{64} * 1024 / row_bytes + 31) / 32 * 32;
@@ -163,7 +168,7 @@ CudaDecodePlan plan_decode_splits(const CudaDecodeBatch& host, std::int64_t spli
     h.split_count = 0;
     bool readable = true;
     for (std::int64_t p = 0; p < h.pages; ++p) {
-      readable = readable && split_kernel_reads(host.tiers[h.tiers + host.page_descs[h.first_page + p].tier]);
+      readable = readable && split_kernel_reads(page_tier(host, h, p));
     }
     if (!readable) {
       ++plan.one_block_heads;
@@ -176,7 +181,7 @@ CudaDecodePlan plan_decode_splits(const CudaDecodeBatch& host, std::int64_t spli
     std::int64_t page = 0, page_walk = 0;  // the page holding walk index `begin`, and its first index
     for (std::int64_t begin = 0; begin < h.slots; begin += per_split) {
       while (page < h.pages) {
-        const std::int64_t tokens = host.tiers[h.tiers + host.page_descs[h.first_page + page].tier].tokens;
+        const std::int64_t tokens = page_tier(host, h, page).tokens;
         if (begin < page_walk + tokens) break;
         page_walk += tokens;
         ++page;

@@ -51,8 +51,7 @@ void Scheduler::log(const std::string& line) const {
 }
 
 std::int64_t Scheduler::reserved_pages() const {
-  std::int64_t pages = 0;
-  if (config_.reserve_tokens == 0) return pages;
+  std::int64_t pages = 0;  // each is 0 when paging
   for (const Running& r : running_) pages += r.reserved_pages;
   return pages;
 }
@@ -77,6 +76,7 @@ void Scheduler::submit(GenerationRequest request) {
   order_.push_back(r.request.id);
   results_[r.result.id] = GenerationResult{r.result.id, {}, "pending", {}, 0, -1, -1};
   const auto prompt = static_cast<std::int64_t>(r.request.prompt.size());
+  const std::int64_t reservation = config_.reserve_tokens > 0 ? reservation_tokens(r.request) : 0;
   // What can never run is answered now, with the reason, instead of waiting forever.
   std::string error;
   if (prompt == 0) {
@@ -93,13 +93,11 @@ void Scheduler::submit(GenerationRequest request) {
   } else if (cache_.request_pages(prompt) > cache_.pool_pages()) {
     error = fmt::format("prompt of {} tokens needs {} pages, the pool has {}", prompt, cache_.request_pages(prompt),
                         cache_.pool_pages());
-  } else if (config_.reserve_tokens > 0 &&
-             cache_.request_pages(reservation_tokens(r.request)) > cache_.pool_pages()) {
-    const std::int64_t tokens = reservation_tokens(r.request);
+  } else if (reservation > 0 && cache_.request_pages(reservation) > cache_.pool_pages()) {
     error = fmt::format("a contiguous reservation of {} tokens (prompt {} + output cap {}, at most {}) needs {} "
                         "pages, the pool has {}",
-                        tokens, prompt, r.request.max_new_tokens, config_.reserve_tokens, cache_.request_pages(tokens),
-                        cache_.pool_pages());
+                        reservation, prompt, r.request.max_new_tokens, config_.reserve_tokens,
+                        cache_.request_pages(reservation), cache_.pool_pages());
   }
   if (!error.empty()) {
     fail(r, error);

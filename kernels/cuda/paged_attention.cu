@@ -281,6 +281,17 @@ __device__ __forceinline__ int vector_elements(const CudaFormatDesc& f, int byte
   return bytes / static_cast<int>(f.unit_bytes) * codes_per_unit(f);
 }
 
+// The part of a page (of `tokens` slots, first walk index page_walk) inside a split: its slots
+// [lo, hi), and the split's index of the page's slot 0 (so slot s is the split's idx0 + s).
+struct SplitPageRange {
+  int lo, hi, idx0;
+};
+__device__ __forceinline__ SplitPageRange split_page_range(const CudaSplitDesc& sp, std::int64_t page_walk,
+                                                           std::int64_t tokens) {
+  return {static_cast<int>(max(sp.begin, page_walk) - page_walk),
+          static_cast<int>(min(sp.end, page_walk + tokens) - page_walk), static_cast<int>(page_walk - sp.begin)};
+}
+
 // A split of one head: logits of its live slots into shared memory (and the global scratch when
 // probs are asked for), its maxima and sums, its weighted value sums, into its partial.
 // G: the compiled bound on the group (every register array and unrolled loop over query heads
@@ -316,14 +327,12 @@ __global__ void __launch_bounds__(kSplitThreads) PagedDecodeSplitKernel(CudaDeco
     const CudaTierDesc& t = tiers[page.tier];
     const std::uint8_t* bytes = b.pages + page.bytes;
     const std::uint64_t* live = b.live + page.live;
-    const int lo = static_cast<int>(max(sp.begin, page_walk) - page_walk);
-    const int hi = static_cast<int>(min(sp.end, page_walk + t.tokens) - page_walk);
+    const auto [lo, hi, idx0] = split_page_range(sp, page_walk, t.tokens);
     const int team = static_cast<int>(t.key.tile_group);
     const int chunks = static_cast<int>(t.key.row_units / (t.key.vec * team));
     const int per_vector = vector_elements(t.key, 16);
     const bool fused = t.key.dtype == kInt && t.key.granularity == kPerToken;
     const float page_scale = t.key.dtype == kFp8 ? *reinterpret_cast<const float*>(bytes + t.key_meta) : 1.0f;
-    const int idx0 = static_cast<int>(page_walk - sp.begin);
     for (int base = lo + warp * (32 / team); base < hi; base += kSplitWarps * (32 / team)) {  // warp-uniform
       const int slot = base + lane / team, part_lane = lane % team;
       const bool valid = slot < hi && slot_live(live, slot);
@@ -465,9 +474,7 @@ __global__ void __launch_bounds__(kSplitThreads) PagedDecodeSplitKernel(CudaDeco
     const std::uint8_t* codes = b.pages + page.bytes + t.value_codes;
     const std::uint8_t* meta = b.pages + page.bytes + t.value_meta;
     const std::uint64_t* live = b.live + page.live;
-    const int lo = static_cast<int>(max(sp.begin, page_walk) - page_walk);
-    const int hi = static_cast<int>(min(sp.end, page_walk + t.tokens) - page_walk);
-    const int idx0 = static_cast<int>(page_walk - sp.begin);
+    const auto [lo, hi, idx0] = split_page_range(sp, page_walk, t.tokens);
     const int units = static_cast<int>(f.row_units), per_unit = codes_per_unit(f);
     const int vec = static_cast<int>(f.vec), tg = static_cast<int>(f.tile_group);
     const int words_per_unit_block = static_cast<int>(t.tokens / vec);
@@ -573,16 +580,11 @@ __global__ void __launch_bounds__(kSplitThreads) PagedDecodeCombineKernel(CudaDe
 void paged_decode_attention_cuda_device(const CudaDecodeBatch& batch, float* scratch, void* stream) {
   if (batch.head_count == 0) return;
   const auto s = static_cast<cudaStream_t>(stream);
-  if (batch.splits == nullptr) {
-    PagedDecodeKernel<<<static_cast<unsigned>(batch.head_count), kThreads, 0, s>>>(batch, scratch);
-    check(cudaGetLastError(), "PagedDecodeKernel launch");
-    return;
-  }
-  if (batch.one_block_heads > 0) {
+  if (batch.splits == nullptr || batch.one_block_heads > 0) {  // it skips the split path's heads
     PagedDecodeKernel<<<static_cast<unsigned>(batch.head_count), kThreads, 0, s>>>(batch, scratch);
     check(cudaGetLastError(), "PagedDecodeKernel launch");
   }
-  if (batch.split_count == 0) return;
+  if (batch.splits == nullptr || batch.split_count == 0) return;
   float* partials = scratch + batch.scratch_elements;
   const auto grid = static_cast<unsigned>(batch.split_count);
   switch (batch.split_group) {
