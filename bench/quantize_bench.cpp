@@ -120,7 +120,7 @@ void BM_DequantizeFp8(benchmark::State& state) {
 // GPU: one timing call per benchmark, reported through manual time.
 void BM_QuantizeCuda(benchmark::State& state, const QuantSpec* spec) {
   if (cuda_device_count() == 0) {
-    state.SkipWithError(("no CUDA device: " + cuda_device_summary()).c_str());
+    state.SkipWithError(cuda_device_summary().c_str());  // "no CUDA device: <why>"
     for (auto _ : state) {
     }
     return;

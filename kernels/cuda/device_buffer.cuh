@@ -19,7 +19,7 @@ inline void check(cudaError_t err, const char* what) {
 }
 
 inline void require_device() {
-  if (cuda_device_count() == 0) throw std::runtime_error("no CUDA device: " + cuda_device_summary());
+  if (cuda_device_count() == 0) throw std::runtime_error(cuda_device_summary());  // "no CUDA device: <why>"
 }
 
 template <typename T>
