@@ -29,26 +29,6 @@ Percentiles percentiles(std::vector<double> v) {
   return p;
 }
 
-std::vector<std::string> split_policy_list(const std::string& list) {
-  std::vector<std::string> out;
-  std::size_t at = 0;
-  while (at <= list.size()) {
-    const std::size_t comma = std::min(list.find(',', at), list.size());
-    std::string part = list.substr(at, comma - at);
-    part.erase(0, part.find_first_not_of(' '));
-    part.erase(part.find_last_not_of(' ') + 1);
-    if (!part.empty()) {
-      if (part.find('=') != std::string::npos && part.find(':') == std::string::npos && !out.empty()) {
-        out.back() += "," + part;
-      } else {
-        out.push_back(part);
-      }
-    }
-    at = comma + 1;
-  }
-  return out;
-}
-
 ServingResult run_serving(const ReferenceModel& model, const ServingRunConfig& config,
                           std::span<const ServingRequest> requests,
                           const std::function<void(std::int64_t, std::int64_t)>& progress) {

@@ -71,10 +71,6 @@ struct ServingResult {
   Percentiles ttft_s, tpot_s, itl_s;
 };
 
-// "int8,kv-bits:k=4,v=8,h2o" -> {"int8", "kv-bits:k=4,v=8", "h2o"}: a comma-separated segment
-// that has '=' but no ':' continues the previous policy's parameters; blanks around names go.
-std::vector<std::string> split_policy_list(const std::string& list);
-
 // Runs `requests` (prompts filled) through a fresh engine built for `config`. InputError for a
 // policy or device the engine does not know, or a budget below one page.
 // progress(done, total) after every step, counting finished requests.

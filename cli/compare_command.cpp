@@ -68,7 +68,7 @@ void add_compare(CLI::App& app, CompareArgs& args) {
   cmd->add_option("--engine-output", args.engine_outputs,
                   "An engine's outputs: a directory of ITEM_ID.npy (+ *.jsonl), a .safetensors or a top-k .jsonl (repeatable)");
   cmd->add_option("--name", args.names, "The row name of each --engine-output, in order");
-  cmd->add_option("--policies", args.policies, "kvcheck policies to run beside them, comma-separated (default: none)")->delimiter(',');
+  cmd->add_option("--policies", args.policies, "kvcheck policies to run beside them, comma-separated; a spec keeps its own commas (default: none)");
   cmd->add_option("--budgets", args.budgets, "Tokens per head for evicting --policies (default 32,64,128)")->delimiter(',');
   cmd->add_option("--oracle-prompts", args.oracle_prompts, "Windows checked by the per-step oracle for --policies")->capture_default_str();
   cmd->add_option("--out", args.out, "Directory for report.json, report.md and report.html");

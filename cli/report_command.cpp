@@ -30,8 +30,9 @@ void add_report(CLI::App& app, ReportArgs& args) {
   CLI::App* cmd = app.add_subcommand("report", "Accuracy regression report of every policy x budget against the reference");
   cmd->add_option("--model", args.model, "Model directory (default: the embedded model)");
   cmd->add_option("--device", args.device, "cpu or cuda")->capture_default_str();
-  cmd->add_option("--policies", args.policies, "Policy names, comma-separated (default: every registered policy)")
-      ->delimiter(',');
+  cmd->add_option("--policies", args.policies,
+                  "Policy names or specs, comma-separated; a spec keeps its own commas, as in kv-bits:k=4,v=8 "
+                  "(default: every registered policy)");
   cmd->add_option("--budgets", args.budgets, "Tokens per head for the evicting policies (default 32,64,128; --quick 32,64)")
       ->delimiter(',');
   cmd->add_option("--out", args.out, "Directory for report.json, report.md and report.html")->required();

@@ -42,7 +42,11 @@ ReportMode report_mode(const ReportArgs& a) {
 
 std::vector<PolicyConfig> report_configs(const std::vector<std::string>& policies, const std::vector<std::int64_t>& budgets) {
   std::vector<PolicyConfig> configs;
-  for (const std::string& name : policies) {
+  std::vector<std::string> names;
+  for (const std::string& list : policies) {
+    for (std::string& name : split_policy_list(list)) names.push_back(std::move(name));
+  }
+  for (const std::string& name : names) {
     make_policy(name);
     if (!policy_spec_at_budget(name, 1)) {
       configs.push_back({name, 0});

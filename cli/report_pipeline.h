@@ -32,7 +32,8 @@ struct PolicyConfig {
   std::string spec;
   std::int64_t budget;
 };
-// Each policy name at each budget (a policy without a budget once); InputError naming a bad policy
+// Each policy name at each budget (a policy without a budget once); an entry may be a list
+// (split_policy_list: "int8,kv-bits:k=4,v=8"). InputError naming a bad policy
 // before anything runs.
 std::vector<PolicyConfig> report_configs(const std::vector<std::string>& policies, const std::vector<std::int64_t>& budgets);
 

@@ -78,8 +78,8 @@ void add_verify(CLI::App& app, VerifyArgs& args) {
                 "Accuracy sweep: every policy (each evicting one at every --sweep-budgets value) on held-out text "
                 "(--prompts x --prompt-tokens + --max-new-tokens fed) and retrieval items: KV bytes vs full-fp16, KL "
                 "mean +- s.e., top-1, perplexity, retrieval accuracy");
-  cmd->add_option("--sweep-policies", args.sweep_policies, "--sweep: comma-separated policy names (default: all)")
-      ->delimiter(',');
+  cmd->add_option("--sweep-policies", args.sweep_policies,
+                  "--sweep: comma-separated policy names or specs; a spec keeps its own commas (default: all)");
   cmd->add_option("--sweep-specs", args.sweep_specs,
                   "--sweep: more rows, full policy specs separated by ';' (e.g. 'kv-bits:k=4,v=8;leankv:high_k=4,high_v=8')")
       ->delimiter(';');

@@ -67,7 +67,11 @@ int run_verify_sweep(const VerifyArgs& args) {
   // The configurations, checked (InputError naming an unknown policy or a bad spec) before any work.
   std::vector<Config> configs;
   const std::vector<std::int64_t>& budgets = args.sweep_budgets;
-  const std::vector<std::string> names = args.sweep_policies.empty() ? policy_names() : args.sweep_policies;
+  std::vector<std::string> names;
+  for (const std::string& list : args.sweep_policies) {
+    for (std::string& name : split_policy_list(list)) names.push_back(std::move(name));
+  }
+  if (args.sweep_policies.empty()) names = policy_names();
   for (const std::string& name : names) {
     if (!policy_spec_at_budget(name, 1)) {
       configs.push_back({name, 0});

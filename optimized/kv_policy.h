@@ -135,5 +135,9 @@ std::optional<std::string> policy_spec_at_budget(const std::string& name, std::i
 // Builds `spec` (`name` or `name:key=value,...`). InputError naming the policy (unknown name,
 // listing the known ones) or the parameter (unknown key, bad or out-of-range value).
 std::unique_ptr<KvPolicy> make_policy(const std::string& spec);
+// "int8,kv-bits:k=4,v=8,h2o" -> {"int8", "kv-bits:k=4,v=8", "h2o"}: a comma-separated segment
+// that has '=' but no ':' continues the previous policy's parameters; blanks around names go.
+// How every command that takes a comma-separated policy list reads it.
+std::vector<std::string> split_policy_list(const std::string& list);
 
 }  // namespace kvcheck

@@ -172,4 +172,25 @@ std::unique_ptr<KvPolicy> make_policy(const std::string& spec) {
   }
   throw InputError(fmt::format("policy '{}': unknown; known policies: {}", name, fmt::join(policy_names(), ", ")));
 }
+
+std::vector<std::string> split_policy_list(const std::string& list) {
+  std::vector<std::string> out;
+  std::size_t at = 0;
+  while (at <= list.size()) {
+    const std::size_t comma = std::min(list.find(',', at), list.size());
+    std::string part = list.substr(at, comma - at);
+    part.erase(0, part.find_first_not_of(' '));
+    part.erase(part.find_last_not_of(' ') + 1);
+    if (!part.empty()) {
+      if (part.find('=') != std::string::npos && part.find(':') == std::string::npos && !out.empty()) {
+        out.back() += "," + part;
+      } else {
+        out.push_back(part);
+      }
+    }
+    at = comma + 1;
+  }
+  return out;
+}
+
 }  // namespace kvcheck

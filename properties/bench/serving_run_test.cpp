@@ -156,11 +156,5 @@ TEST(ServingRun, AReservationLargerThanThePoolIsRejectedAtSubmission) {
   EXPECT_THROW(Scheduler(*engine->runner, sc), InputError);
 }
 
-TEST(ServingRun, PolicyListsSplitBetweenPolicies) {
-  EXPECT_EQ(split_policy_list("int8,kv-bits:k=4,v=8, h2o ,,leankv:high_k=8"),
-            (std::vector<std::string>{"int8", "kv-bits:k=4,v=8", "h2o", "leankv:high_k=8"}));
-  EXPECT_TRUE(split_policy_list("").empty());
-}
-
 }  // namespace
 }  // namespace kvcheck

@@ -251,6 +251,11 @@ TEST(ReportCli, BadInputIsNamed) {
   r = run_kvcheck("report --quick --policies no-such-policy" + out);
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("no-such-policy"), std::string::npos) << r.output;
+  // A spec keeps its own commas: the list is kv-bits:k=8,v=4 then no-such-policy, not a policy 'v=4'.
+  r = run_kvcheck("report --quick --policies kv-bits:k=8,v=4,no-such-policy" + out);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("policy 'no-such-policy': unknown"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("'v=4'"), std::string::npos) << r.output;
   r = run_kvcheck("report --quick --prompts 3 --policies full-fp16 --baseline " + committed_baseline() + out);
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("settings: the baseline was made with other settings"), std::string::npos) << r.output;

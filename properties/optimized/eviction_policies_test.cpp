@@ -44,6 +44,14 @@ TEST(PolicySpec, ParsesParametersAndNamesWhatIsWrong) {
   EXPECT_NE(message("lean").find("unknown; known policies: full-fp32"), std::string::npos);
 }
 
+TEST(PolicySpec, PolicyListsSplitBetweenPolicies) {
+  EXPECT_EQ(split_policy_list("int8,kv-bits:k=4,v=8, h2o ,,leankv:high_k=8"),
+            (std::vector<std::string>{"int8", "kv-bits:k=4,v=8", "h2o", "leankv:high_k=8"}));
+  EXPECT_EQ(split_policy_list("int4:rotate=hadamard-signs,rotate_seed=3,kivi2"),
+            (std::vector<std::string>{"int4:rotate=hadamard-signs,rotate_seed=3", "kivi2"}));
+  EXPECT_TRUE(split_policy_list("").empty());
+}
+
 TEST(PolicySpec, XkvLayersAndLeanKvStaticParameters) {
   EXPECT_EQ(make_policy("xkv:layers=12/40/0/7,window=4")->name(), "xkv:layers=12/40/0/7,window=4,pool=7");
   EXPECT_EQ(make_policy("xkv:layers=5")->name(), "xkv:layers=5,window=8,pool=7");
