@@ -7,6 +7,7 @@
 
 #include "optimized/eviction_policies.h"
 #include "optimized/policy_registry.h"
+#include "optimized/rotated_policy.h"
 
 namespace kvcheck {
 namespace {
@@ -123,9 +124,10 @@ PolicyEntry kivi_policy_entry(int bits) {
   return {fmt::format("kivi{}", bits),
           fmt::format("KIVI: every token kept, keys int{0} per channel over groups of tokens, values int{0} "
                       "per token, behind an fp16 residual", bits),
-          {{"group", 32, 16, 128, true, "G: tokens per key channel group (16, 32, 128)"},
-           {"residual", 128, 16, kMaxPolicyTokens, true, "n_r: fp16 residual flushed when full (a multiple of G)"}},
-          [=](const PolicyParams& p) { return make_kivi_policy(kivi_params(p, bits)); }};
+          with_rotation_params(
+              {{"group", 32, 16, 128, true, "G: tokens per key channel group (16, 32, 128)"},
+               {"residual", 128, 16, kMaxPolicyTokens, true, "n_r: fp16 residual flushed when full (a multiple of G)"}}),
+          [=](const PolicyParams& p) { return rotated_from_params(make_kivi_policy(kivi_params(p, bits)), p); }};
 }
 
 PolicyEntry minikv_policy_entry() {

@@ -2,12 +2,25 @@
 
 #include <numeric>
 
+#include "kernels/cpu/hadamard_rotate.h"
+
 namespace kvcheck {
 
 std::vector<std::int32_t> KvPolicy::select_prompt(std::int32_t, std::int64_t prompt_len, const PromptScores&) const {
   std::vector<std::int32_t> all(static_cast<std::size_t>(prompt_len));
   std::iota(all.begin(), all.end(), 0);
   return all;
+}
+
+void KvPolicy::rotate(RotatedPart part, std::span<float> rows, std::int64_t head_dim) const {
+  const KvRotation r = rotation();
+  if (!r.hadamard) return;
+  const std::vector<float> signs = r.signs ? hadamard_signs(r.seed, head_dim) : std::vector<float>{};
+  if (part == RotatedPart::kOutput) {
+    hadamard_unrotate(rows, head_dim, signs);
+  } else {
+    hadamard_rotate(rows, head_dim, signs);
+  }
 }
 
 std::optional<std::size_t> KvPolicy::select_victim(std::int32_t, std::span<const LiveToken>, std::int32_t) const {

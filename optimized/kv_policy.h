@@ -9,6 +9,10 @@
 // streaming, h2o, snapkv, pyramidkv) also choose, per (request, layer, kv-head), which prompt tokens to keep
 // after prefill and which token to drop before a decode step adds one.
 //
+// The quantizing policies (int8, int4, kv-bits, kivi2, kivi4, leankv) take `rotate=hadamard`
+// (optimized/rotated_policy.h): every head's queries, keys and values rotated by one normalised
+// Walsh–Hadamard matrix before the cache stores them, the attention output rotated back.
+//
 // The fp8 policy (optimized/fp8_policy.h) takes its scale as a parameter: the prompt's amax, a
 // calibrated per-head scale, or a scale per page behind an fp16 residual of one page.
 //
@@ -62,6 +66,23 @@ enum class Fp8Scale {
   kPage,        // one per page: the low tier's pages are encoded whole, each with its own amax / 448
 };
 
+// The orthonormal rotation a policy applies to every head's vectors (kernels/cpu/hadamard_rotate.h):
+// none, the normalised Walsh–Hadamard matrix H/√d, or H·D/√d with D a ±1 diagonal drawn from
+// `seed` (the randomised Hadamard of QuaRot / TurboQuant).
+struct KvRotation {
+  bool hadamard = false;
+  bool signs = false;
+  std::uint64_t seed = 0;
+};
+
+// Which vectors of a head the runner hands to KvPolicy::rotate.
+enum class RotatedPart {
+  kQuery,   // post-RoPE queries: R
+  kKey,     // post-RoPE keys, before the cache stores them: R
+  kValue,   // values, before the cache stores them: R
+  kOutput,  // the attention output, back to the model's space: R^T
+};
+
 class KvPolicy {
  public:
   virtual ~KvPolicy() = default;
@@ -110,6 +131,12 @@ class KvPolicy {
   // `live` (in walk order): the index in `live` of the token to drop, or nullopt to keep them all.
   virtual std::optional<std::size_t> select_victim(std::int32_t layer, std::span<const LiveToken> live,
                                                    std::int32_t new_position) const;
+
+  // --- rotation before quantization (the defaults: none) ---
+  virtual KvRotation rotation() const { return {}; }
+  // Applies rotation() to rows [n][head_dim] of one part, in place (the runner calls it for
+  // every head of a layer at once; a no-op without a rotation).
+  virtual void rotate(RotatedPart part, std::span<float> rows, std::int64_t head_dim) const;
 
   // --- FP8 scales (the defaults: the prompt's amax, as every policy without FP8 ignores) ---
   virtual Fp8Scale fp8_scale() const { return Fp8Scale::kPrompt; }

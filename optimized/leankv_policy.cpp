@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "optimized/policy_registry.h"
+#include "optimized/rotated_policy.h"
 
 namespace kvcheck {
 
@@ -205,7 +206,7 @@ PolicyEntry leankv_policy_entry() {
   };
   return {"leankv",
           "LeanKV: high / low precision tiers and pruning by attention significance, Algorithm 1 while decoding",
-          {{"alpha_h", 1.0, 0, 1e6, false, "high tier at significance >= alpha_h / N"},
+          with_rotation_params({{"alpha_h", 1.0, 0, 1e6, false, "high tier at significance >= alpha_h / N"},
            {"alpha_l", 0.02, 0, 1e6, false, "low tier at significance >= alpha_l / N, else pruned"},
            {"window", 64, 1, kMaxPolicyTokens, true, "recent positions always at high"},
            bits("high_k", 8, "high tier key bits (2, 4, 8; 16: fp16)"),
@@ -215,7 +216,7 @@ PolicyEntry leankv_policy_entry() {
            {"static_high", -1, -1, kMaxPolicyTokens, true,
             "static mode when >= 0 (with static_low; alphas unused): every head keeps the window plus this "
             "many of its most significant other tokens at high"},
-           {"static_low", -1, -1, kMaxPolicyTokens, true, "static mode: the next this many at low"}},
+           {"static_low", -1, -1, kMaxPolicyTokens, true, "static mode: the next this many at low"}}),
           [](const PolicyParams& p) {
             for (const char* key : {"high_k", "high_v", "low_k", "low_v"}) {
               const std::int64_t b = p.integer(key);
@@ -234,7 +235,7 @@ PolicyEntry leankv_policy_entry() {
             lp.low_v = static_cast<int>(p.integer("low_v"));
             lp.static_high = p.integer("static_high");
             lp.static_low = p.integer("static_low");
-            return make_leankv_policy(lp);
+            return rotated_from_params(make_leankv_policy(lp), p);
           }};
 }
 

@@ -123,11 +123,15 @@ std::vector<float> ModelRunner::prefill(std::int64_t request, std::span<const st
       }
       backend_.rope(q, T, c.num_attention_heads, c.head_dim, positions, weights_.rope_cos, weights_.rope_sin);
       backend_.rope(k, T, c.num_key_value_heads, c.head_dim, positions, weights_.rope_cos, weights_.rope_sin);
+      if (trace_ && trace_->on_kv) trace_->on_kv(request, l, 0, T, k, v);
+      // A rotating policy's space from here to the attention output (a no-op for the others).
+      policy.rotate(RotatedPart::kQuery, q, c.head_dim);
+      policy.rotate(RotatedPart::kKey, k, c.head_dim);
+      policy.rotate(RotatedPart::kValue, v, c.head_dim);
       if (!evicting) {
         const NvtxRange quantize("quantize");
         cache_.write_prompt_layer(request, l, T, k, v);
       }
-      if (trace_ && trace_->on_kv) trace_->on_kv(request, l, 0, T, k, v);
       PrefillAttentionInput in;
       in.tokens = T;
       in.n_heads = c.num_attention_heads;
@@ -146,6 +150,7 @@ std::vector<float> ModelRunner::prefill(std::int64_t request, std::span<const st
         const NvtxRange attention("attention");
         backend_.prefill_attention(in, out);
       }
+      policy.rotate(RotatedPart::kOutput, attn, c.head_dim);
       if (evicting) {
         for (std::int64_t h = 0; h < kvh; ++h) {
           all_scores.push_back(head_scores(column_sums, h));
@@ -231,7 +236,7 @@ std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, s
     weights_.embedding.widen_row_to(tokens[static_cast<std::size_t>(b)], x.data() + b * H);
   }
   std::vector<float> n(x.size()), q(static_cast<std::size_t>(B * c.q_dim())), k(static_cast<std::size_t>(B * c.kv_dim())),
-      v(k.size()), attn(q.size()), o(x.size()), normed;
+      v(k.size()), attn(q.size()), o(x.size()), normed, trace_q;
   std::vector<std::vector<PageRead>> pages(static_cast<std::size_t>(B * kvh));
   std::vector<DecodeHeadInput> heads(static_cast<std::size_t>(B * kvh));
   std::vector<DecodeHeadOutput> outs(heads.size());
@@ -250,13 +255,24 @@ std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, s
     }
     backend_.rope(q, B, c.num_attention_heads, d, positions, weights_.rope_cos, weights_.rope_sin);
     backend_.rope(k, B, kvh, d, positions, weights_.rope_cos, weights_.rope_sin);
+    const auto kv_row = [&](const std::vector<float>& rows, std::int64_t b) {
+      return std::span<const float>(rows).subspan(static_cast<std::size_t>(b * c.kv_dim()), static_cast<std::size_t>(c.kv_dim()));
+    };
+    if (trace_ && trace_->on_kv) {
+      for (std::int64_t b = 0; b < B; ++b) {
+        trace_->on_kv(requests[static_cast<std::size_t>(b)], l, positions[static_cast<std::size_t>(b)], 1, kv_row(k, b),
+                      kv_row(v, b));
+      }
+    }
+    // The trace sees the model's queries; attention runs in a rotating policy's space.
+    if (trace_ && trace_->on_decode_head) trace_q = q;
+    policy.rotate(RotatedPart::kQuery, q, d);
+    policy.rotate(RotatedPart::kKey, k, d);
+    policy.rotate(RotatedPart::kValue, v, d);
     for (std::int64_t b = 0; b < B; ++b) {
       const NvtxRange quantize("quantize");
-      const std::size_t row = static_cast<std::size_t>(b * c.kv_dim());
-      const std::span<const float> kr = std::span<const float>(k).subspan(row, static_cast<std::size_t>(c.kv_dim()));
-      const std::span<const float> vr = std::span<const float>(v).subspan(row, static_cast<std::size_t>(c.kv_dim()));
-      cache_.write_token(requests[static_cast<std::size_t>(b)], l, positions[static_cast<std::size_t>(b)], kr, vr);
-      if (trace_ && trace_->on_kv) trace_->on_kv(requests[static_cast<std::size_t>(b)], l, positions[static_cast<std::size_t>(b)], 1, kr, vr);
+      cache_.write_token(requests[static_cast<std::size_t>(b)], l, positions[static_cast<std::size_t>(b)], kv_row(k, b),
+                         kv_row(v, b));
     }
     for (std::int64_t b = 0; b < B; ++b) {
       for (std::int32_t h = 0; h < kvh; ++h) {
@@ -282,6 +298,7 @@ std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, s
       const NvtxRange attention("attention");
       backend_.decode_attention(heads, outs);
     }
+    policy.rotate(RotatedPart::kOutput, attn, d);
     if (want_probs) {
       for (std::int64_t b = 0; b < B; ++b) {
         for (std::int32_t h = 0; h < kvh; ++h) {
@@ -294,8 +311,10 @@ std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, s
           }
           const std::int64_t request = requests[static_cast<std::size_t>(b)];
           if (trace_ && trace_->on_decode_head) {
+            const std::size_t qa = static_cast<std::size_t>(b * c.q_dim() + h * group * d);
             trace_->on_decode_head(DecodeHeadTrace{request, l, h, positions[static_cast<std::size_t>(b)],
-                                                   heads[i].q, outs[i].out, slot_max});
+                                                   std::span<const float>(trace_q).subspan(qa, static_cast<std::size_t>(group * d)),
+                                                   outs[i].out, slot_max});
           }
           if (policy.accumulates_scores()) cache_.add_scores(request, l, h, slot_max);
         }

@@ -30,13 +30,14 @@ namespace kvcheck {
 struct DecodeHeadTrace {
   std::int64_t request = 0;
   std::int32_t layer = 0, kv_head = 0, position = 0;  // position: the token this step adds
-  std::span<const float> q;          // [group][head_dim], post-RoPE
-  std::span<const float> out;        // [group][head_dim], the attention output
+  std::span<const float> q;          // [group][head_dim], post-RoPE (before a rotating policy's rotation)
+  std::span<const float> out;        // [group][head_dim], the attention output (rotated back)
   std::span<const float> slot_probs; // per slot of the head's pages in walk order: max over the group
 };
 struct RunnerTrace {
-  // Keys and values [tokens][kv_dim] (post-RoPE) of `tokens` positions from `first` in `layer`:
-  // a whole prompt at prefill (before any eviction), one token per decode step.
+  // Keys and values [tokens][kv_dim] (post-RoPE, before a rotating policy's rotation) of `tokens`
+  // positions from `first` in `layer`: a whole prompt at prefill (before any eviction), one token
+  // per decode step.
   std::function<void(std::int64_t request, std::int32_t layer, std::int32_t first, std::int64_t tokens,
                      std::span<const float> keys, std::span<const float> values)>
       on_kv;

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "optimized/policy_registry.h"
+#include "optimized/rotated_policy.h"
 
 namespace kvcheck {
 namespace {
@@ -44,14 +45,19 @@ PolicyEntry full_fp16_policy_entry() {
 }
 
 PolicyEntry int_policy_entry(int bits) {
-  return uniform_entry(fmt::format("int{}", bits),
-                       fmt::format("every token kept, keys and values int{} per token (fp16 scale and zero)", bits),
-                       {int_format(per_token(bits)), int_format(per_token(bits))});
+  const std::string name = fmt::format("int{}", bits);
+  const std::string description =
+      fmt::format("every token kept, keys and values int{} per token (fp16 scale and zero)", bits);
+  const KvTier tier{int_format(per_token(bits)), int_format(per_token(bits))};
+  return {name, description, with_rotation_params({}), [=](const PolicyParams& p) {
+            return rotated_from_params(make_uniform_policy(name, description, tier), p);
+          }};
 }
 
 PolicyEntry kv_bits_policy_entry() {
   return {"kv-bits", "every token kept, keys and values per-token INT at their own bit widths (16: fp16)",
-          {{"k", 8, 2, 16, true, "key bits (2, 4, 8, 16)"}, {"v", 4, 2, 16, true, "value bits (2, 4, 8, 16)"}},
+          with_rotation_params({{"k", 8, 2, 16, true, "key bits (2, 4, 8, 16)"},
+                                {"v", 4, 2, 16, true, "value bits (2, 4, 8, 16)"}}),
           [](const PolicyParams& p) {
             auto format = [&](const char* key) {
               const std::int64_t b = p.integer(key);
@@ -59,8 +65,10 @@ PolicyEntry kv_bits_policy_entry() {
               return b == 16 ? fp16_format() : int_format(per_token(static_cast<int>(b)));
             };
             const KvTier tier{format("k"), format("v")};
-            return make_uniform_policy(fmt::format("kv-bits:k={},v={}", p.integer("k"), p.integer("v")),
-                                       fmt::format("every token kept, {} per token", kv_tier_name(tier)), tier);
+            return rotated_from_params(
+                make_uniform_policy(fmt::format("kv-bits:k={},v={}", p.integer("k"), p.integer("v")),
+                                    fmt::format("every token kept, {} per token", kv_tier_name(tier)), tier),
+                p);
           }};
 }
 

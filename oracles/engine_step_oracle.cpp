@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <utility>
 
+#include "kernels/cpu/hadamard_rotate.h"
+#include "oracles/hadamard_ref.h"
 #include "oracles/held_rows_ref.h"
 
 namespace kvcheck {
@@ -81,13 +84,46 @@ void EngineStepOracle::on_decode_head(const DecodeHeadTrace& s) {
     for (int part = 0; part < 2; ++part) spec.fp8_fixed_scale[part] = policy.fp8_fixed_scale(s.layer, s.kv_head, part);
   }
   if (policy.fp8_scale() == Fp8Scale::kPage) spec.fp8_page_tokens = policy.residual_tokens();
-  held_rows_ref(spec, keys, values, tokens, held_keys, held_values);
+  // A rotating policy: the check runs in its space (R = H·D/√d). The cache quantized the rows the
+  // runner's float rotation made, so the held rows are quantized from that same rotation
+  // (kernels/cpu/hadamard_rotate.h, itself held to the dense matrix); the exact rows and the
+  // engine's output (rotated back by the runner) go through the dense double matrix.
+  const KvRotation rotation = policy.rotation();
+  std::vector<float> q(s.q.begin(), s.q.end()), out(s.out.begin(), s.out.end());
+  double output_rounding = 0.0;
+  if (rotation.hadamard) {
+    const std::vector<float> signs = rotation.signs ? hadamard_signs(rotation.seed, d) : std::vector<float>{};
+    std::vector<float> stored_keys = keys, stored_values = values;
+    hadamard_rotate(stored_keys, d, signs);
+    hadamard_rotate(stored_values, d, signs);
+    hadamard_rotate(q, d, signs);
+    auto exact = [&](std::span<const float> rows, std::vector<float>& to) {
+      const std::vector<double> r = hadamard_rotate_ref(rows, d, signs);
+      to.assign(r.begin(), r.end());
+    };
+    exact(std::vector<float>(keys), keys);
+    exact(std::vector<float>(values), values);
+    exact(s.out, out);
+    held_rows_ref(spec, stored_keys, stored_values, tokens, held_keys, held_values);
+    // The runner's R^T and the R here: (log2 d + 2)·u·‖o'‖₂ each way (hadamard_rotate_props), and
+    // ‖o'‖₂ <= max ‖v̂‖₂ for a convex mixture of the held values.
+    double vhat_norm = 0.0;
+    for (std::size_t i = 0; i < held.size(); ++i) {
+      double n2 = 0.0;
+      for (std::int64_t c2 = 0; c2 < d; ++c2) n2 += std::pow(held_values[i * static_cast<std::size_t>(d) + static_cast<std::size_t>(c2)], 2);
+      vhat_norm = std::max(vhat_norm, std::sqrt(n2));
+    }
+    output_rounding = 2.02 * (std::log2(static_cast<double>(d)) + 2.0) * (std::numeric_limits<float>::epsilon() / 2) * vhat_norm;
+  } else {
+    held_rows_ref(spec, keys, values, tokens, held_keys, held_values);
+  }
   DecodeStepInputs in;
   in.group = c.group_size();
   in.head_dim = d;
   in.scale = 1.0 / std::sqrt(static_cast<double>(d));
-  in.q = s.q;
-  in.engine_out = s.out;
+  in.q = q;
+  in.engine_out = out;
+  in.output_rounding = output_rounding;
   in.keys = keys;
   in.values = values;
   in.held = held;

@@ -98,7 +98,8 @@ DecodeStepCheck check_decode_step(const DecodeStepInputs& in) {
       eps = std::max(eps, 1.01 * static_cast<double>(d + 2) * kUnit * abs_dot * in.scale);
       delta = std::max(delta, std::abs(change) * in.scale);
     }
-    const double tol = (std::expm1(2 * eps) + 2.0 * static_cast<double>(h + d + 4) * kUnit) * vhat_max + 1e-30;
+    const double tol =
+        (std::expm1(2 * eps) + 2.0 * static_cast<double>(h + d + 4) * kUnit) * vhat_max + in.output_rounding + 1e-30;
     attend(qv, in.keys, in.values, n, d, in.scale, probs, full);
     double pruned = 1.0;
     for (std::int64_t i = 0; i < h; ++i) pruned -= probs[static_cast<std::size_t>(in.held[static_cast<std::size_t>(i)])];

@@ -10,7 +10,7 @@
 //          2·m·max|v| (m the attention mass, under exact attention, of the tokens not held),
 //          plus the same float rounding.
 //
-// Errors and bounds are per output element; each query head is held to its own tolerance and
+// Errors and bounds are per output element (max-norms); each query head is held to its own tolerance and
 // bound, and the fields report the maxima over the group. Everything here
 // is double-precision arithmetic on plain spans: it knows nothing of pages or policies.
 #pragma once
@@ -37,6 +37,9 @@ struct DecodeStepInputs {
   std::span<const float> keys, values;  // [context][head_dim]: every token, exact
   std::span<const std::int32_t> held;   // indices into the context, ascending, at least one
   std::span<const float> held_keys, held_values;  // [held][head_dim]: as stored, dequantized
+  // Float work on the output outside attention, per element, added to the tolerance: a rotating
+  // policy's R^T back to the model's space and the oracle's R forward again (engine_step_oracle).
+  double output_rounding = 0.0;
 };
 
 struct DecodeStepCheck {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <random>
@@ -43,6 +44,7 @@ class PlantedBug : public KvPolicy {
   StepDecision decide_step(std::int32_t layer, std::span<const LiveToken> live, std::int32_t p) const override {
     return inner_->decide_step(layer, live, p);
   }
+  KvRotation rotation() const override { return inner_->rotation(); }
 
  protected:
   std::unique_ptr<KvPolicy> inner_;
@@ -189,6 +191,35 @@ class SinklessStreaming final : public PlantedBug {
   }
 };
 
+// A rotated policy whose runner leaves the queries in the model's space (keys and values rotated).
+class UnrotatedQueries final : public PlantedBug {
+ public:
+  using PlantedBug::PlantedBug;
+  void rotate(RotatedPart part, std::span<float> rows, std::int64_t head_dim) const override {
+    if (part != RotatedPart::kQuery) inner_->rotate(part, rows, head_dim);
+  }
+};
+
+// A rotated policy whose Walsh–Hadamard matrix is not normalised (H·D both ways, no 1/√d).
+class UnnormalisedHadamard final : public PlantedBug {
+ public:
+  using PlantedBug::PlantedBug;
+  void rotate(RotatedPart part, std::span<float> rows, std::int64_t head_dim) const override {
+    inner_->rotate(part, rows, head_dim);
+    const auto root = static_cast<float>(std::sqrt(static_cast<double>(head_dim)));
+    for (float& x : rows) x *= root;
+  }
+};
+
+// A rotated policy whose attention output stays in the rotated space.
+class OutputNotRotatedBack final : public PlantedBug {
+ public:
+  using PlantedBug::PlantedBug;
+  void rotate(RotatedPart part, std::span<float> rows, std::int64_t head_dim) const override {
+    if (part != RotatedPart::kOutput) inner_->rotate(part, rows, head_dim);
+  }
+};
+
 TEST(PolicyStepProps, PlantedBugsAreCaught) {
   struct Planted {
     const char* what;
@@ -197,7 +228,7 @@ TEST(PolicyStepProps, PlantedBugsAreCaught) {
   };
   const DrawnPolicy streaming = claim(StreamingCase{.sinks = 2, .window = 4}, check_streaming);
   const DrawnPolicy h2o = claim(H2oCase{.budget = 6, .recent = 0.25}, check_h2o);
-  const DrawnPolicy leankv = claim(LeanKvCase{.alpha_h = 1.0, .alpha_l = 0.6, .window = 3}, check_leankv);
+  const DrawnPolicy leankv = claim(LeanKvCase{.alpha_h = 1.0, .alpha_l = 0.6, .window = 3, .rotation = ""}, check_leankv);
   const DrawnPolicy static_leankv =
       claim(StaticLeanKvCase{.high = 3, .low = 2, .window = 2}, check_static_leankv);
   const std::vector<Planted> planted = {
@@ -229,7 +260,7 @@ TEST(PolicyStepProps, PlantedBugsAreCaught) {
       {"spvllm free-block never frees an emptied page",
        claim(SpvLlmCase{.h2o = {.budget = 2, .recent = 0.5}, .strategy = SlotStrategy::kFreeBlock}, check_spvllm),
        [](auto p) { return std::make_unique<NoFreeSpvLlm>(std::move(p)); }},
-      {"kivi flushes its residual one group late", claim(KiviCase{.bits = 2, .group = 16, .residual = 16}, check_kivi),
+      {"kivi flushes its residual one group late", claim(KiviCase{.bits = 2, .group = 16, .residual = 16, .rotation = ""}, check_kivi),
        [](auto p) { return std::make_unique<LateFlushKivi>(std::move(p)); }},
       {"minikv evicts while decoding",
        claim(MiniKvCase{.budget = 8, .recent = 0.5, .residual = 16, .value_group = 8}, check_minikv),
@@ -238,6 +269,15 @@ TEST(PolicyStepProps, PlantedBugsAreCaught) {
        [](auto p) { return std::make_unique<HoardingLeanKv>(std::move(p)); }},
       {"static leankv ranks its high victim by score, not significance", static_leankv,
        [](auto p) { return std::make_unique<RawScoreStaticLeanKv>(std::move(p)); }},
+      {"int4:rotate=hadamard-signs leaves the queries unrotated",
+       claim(UniformCase{"int4:rotate=hadamard-signs,rotate_seed=3"}, check_uniform),
+       [](auto p) { return std::make_unique<UnrotatedQueries>(std::move(p)); }},
+      {"kivi2:rotate=hadamard does not normalise the Hadamard matrix",
+       claim(KiviCase{.bits = 2, .group = 16, .residual = 16, .rotation = "rotate=hadamard"}, check_kivi),
+       [](auto p) { return std::make_unique<UnnormalisedHadamard>(std::move(p)); }},
+      {"leankv:rotate=hadamard leaves the output in the rotated space",
+       claim(LeanKvCase{.alpha_h = 1.0, .alpha_l = 0.6, .window = 3, .rotation = "rotate=hadamard"}, check_leankv),
+       [](auto p) { return std::make_unique<OutputNotRotatedBack>(std::move(p)); }},
   };
   std::mt19937_64 rng(20261123);
   for (const Planted& bug : planted) {

@@ -288,7 +288,8 @@ std::string XkvCase::check_run(const PolicyRunEnd& end) const {
 
 std::string LeanKvCase::spec() const {
   return fmt::format("leankv:alpha_h={},alpha_l={},window={},high_k={},high_v={},low_k={},low_v={}", alpha_h, alpha_l,
-                     window, bits.high_k, bits.high_v, bits.low_k, bits.low_v);
+                     window, bits.high_k, bits.high_v, bits.low_k, bits.low_v) +
+         (rotation.empty() ? "" : "," + rotation);
 }
 
 void check_leankv(const LeanKvCase& c, const HeadStep& s, HeadMemory&) {
@@ -319,7 +320,15 @@ void check_static_leankv(const StaticLeanKvCase& c, const HeadStep& s, HeadMemor
   });
 }
 
-std::string KiviCase::spec() const { return fmt::format("kivi{}:group={},residual={}", bits, group, residual); }
+std::string KiviCase::spec() const {
+  return fmt::format("kivi{}:group={},residual={}", bits, group, residual) + (rotation.empty() ? "" : "," + rotation);
+}
+
+std::string draw_rotation() {
+  return *rc::gen::element(0, 1) == 0
+             ? std::string("rotate=hadamard")
+             : fmt::format("rotate=hadamard-signs,rotate_seed={}", *rc::gen::inRange<std::int64_t>(0, 1000000));
+}
 
 void check_kivi(const KiviCase& c, const HeadStep& s, HeadMemory& m) {
   check_residual_tiers("kivi", c.group, c.residual, s, m);
@@ -381,6 +390,12 @@ KiviCase draw_kivi(int bits) {
   return c;
 }
 
+KiviCase draw_rotated_kivi(int bits) {
+  KiviCase c = draw_kivi(bits);
+  c.rotation = draw_rotation();
+  return c;
+}
+
 UniformCase draw_kv_bits() {
   return {fmt::format("kv-bits:k={},v={}", *rc::gen::element(2, 4, 8, 16), *rc::gen::element(2, 4, 8, 16))};
 }
@@ -425,6 +440,12 @@ const std::vector<PolicyRow>& policy_step_table() {
           check_xkv),
       row("kivi2", [] { return draw_kivi(2); }, check_kivi),
       row("kivi4", [] { return draw_kivi(4); }, check_kivi),
+      // Rotated before quantization: the oracle checks them in the rotated space.
+      row("int4", [] { return UniformCase{"int4:" + draw_rotation()}; }, check_uniform),
+      row("int8", [] { return UniformCase{"int8:" + draw_rotation()}; }, check_uniform),
+      row("kv-bits", [] { return UniformCase{draw_kv_bits().name + "," + draw_rotation()}; }, check_uniform),
+      row("kivi2", [] { return draw_rotated_kivi(2); }, check_kivi),
+      row("kivi4", [] { return draw_rotated_kivi(4); }, check_kivi),
       row("minikv",
           [] {
             MiniKvCase c;
@@ -444,6 +465,7 @@ const std::vector<PolicyRow>& policy_step_table() {
             const auto [hk, hv, lk, lv] = *rc::gen::element(std::tuple{8, 4, 4, 2}, std::tuple{4, 8, 2, 4},
                                                              std::tuple{16, 16, 8, 8}, std::tuple{8, 8, 2, 2});
             c.bits = {hk, hv, lk, lv};
+            if (*rc::gen::arbitrary<bool>()) c.rotation = draw_rotation();
             return c;
           },
           check_leankv),

@@ -17,7 +17,11 @@
 
 namespace kvcheck::testing {
 
-// Every token kept at one tier (full-fp32, full-fp16, fp8, int8, int4, kv-bits).
+// A quantizing policy's rotation parameters (rotate=hadamard, optimized/rotated_policy.h): "" (none),
+// or appended to its spec. The per-step oracle checks a rotated policy in its rotated space.
+std::string draw_rotation();  // RapidCheck generators: inside a property
+
+// Every token kept at one tier (full-fp32, full-fp16, fp8, int8, int4, kv-bits, rotated or not).
 struct UniformCase {
   std::string name;  // the whole spec
   std::string spec() const { return name; }
@@ -85,6 +89,7 @@ struct LeanKvCase {
   double alpha_h = 1.0, alpha_l = 0.02;
   std::int64_t window = 1;
   LeanKvBits bits = {};
+  std::string rotation;  // "" or rotate=...
   std::string spec() const;
 };
 void check_leankv(const LeanKvCase& c, const HeadStep& s, HeadMemory& m);
@@ -104,6 +109,7 @@ void check_static_leankv(const StaticLeanKvCase& c, const HeadStep& s, HeadMemor
 struct KiviCase {
   int bits = 2;
   std::int64_t group = 16, residual = 16;  // G, n_r
+  std::string rotation;                    // "" or rotate=...
   std::string spec() const;
   static constexpr bool kLargePages = true;
 };
