@@ -138,6 +138,12 @@ struct MakeModelArgs {
   std::string tokenizer_json;  // copied to DIR/tokenizer.json (with its tokenizer_config.json, generation_config.json)
   std::string shape;           // a published shape (reference/dummy_model.h); excludes the shape flags
   std::uint64_t seed = 0;
+  // Planted outlier key channels: in every layer and kv head, the rows of W_k (and of the k bias)
+  // of the last `outlier_key_channels` channels of the head's first half (d/2 - 1, d/2 - 2, ...:
+  // the lowest RoPE frequencies, which keep an outlier in place across positions) times
+  // `outlier_scale`.
+  std::int64_t outlier_key_channels = 0;
+  double outlier_scale = 30.0;
   std::string out;
 };
 void add_make_model(CLI::App& app, MakeModelArgs& args);

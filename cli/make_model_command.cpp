@@ -2,6 +2,7 @@
 // published model's shape (--shape), with a SentencePiece or tokenizer.json tokenizer copied in.
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -26,6 +27,39 @@ void copy_tokenizer_json(const std::filesystem::path& file, const std::filesyste
   for (const char* name : kTokenizerCompanions) {
     const std::filesystem::path beside = file.parent_path() / name;
     if (std::filesystem::is_regular_file(beside)) std::filesystem::copy_file(beside, dir / name, overwrite);
+  }
+}
+
+// Scales the planted outlier channels' rows of every layer's k_proj (MakeModelArgs says which).
+void plant_outlier_key_channels(const ModelConfig& c, DType dtype, std::int64_t channels, double scale,
+                                TensorMap& weights) {
+  if (channels < 0 || channels > c.head_dim / 2) {
+    throw input_error("--outlier-key-channels", "channels", "{} is outside [0, head_dim / 2 = {}]", channels,
+                      c.head_dim / 2);
+  }
+  if (!(scale > 0.0) || !std::isfinite(scale)) {
+    throw input_error("--outlier-scale", "scale", "{} must be a positive number", scale);
+  }
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    for (const char* part : {"weight", "bias"}) {
+      const std::string name = fmt::format("model.layers.{}.self_attn.k_proj.{}", l, part);
+      const std::optional<TensorView> t = weights.find(name);
+      if (!t) continue;  // no k bias in this family
+      std::vector<float> x(static_cast<std::size_t>(t->numel()));
+      to_float(*t, x, name);
+      const std::vector<std::int64_t> shape = t->shape;
+      const std::int64_t row = shape.size() == 2 ? shape[1] : 1;  // weight [kv_dim][hidden], bias [kv_dim]
+      for (std::int64_t h = 0; h < c.num_key_value_heads; ++h) {
+        for (std::int64_t i = 0; i < channels; ++i) {
+          const std::int64_t channel = h * c.head_dim + c.head_dim / 2 - 1 - i;
+          for (std::int64_t j = 0; j < row; ++j) {
+            float& w = x[static_cast<std::size_t>(channel * row + j)];
+            w = static_cast<float>(w * scale);
+          }
+        }
+      }
+      weights.add_float(name, dtype, shape, x);
+    }
   }
 }
 
@@ -63,6 +97,12 @@ void add_make_model(CLI::App& app, MakeModelArgs& args) {
   sp->excludes(hf);
   shape->excludes(sp);
   cmd->add_option("--seed", args.seed, "Seed of the weights")->capture_default_str();
+  cmd->add_option("--outlier-key-channels", args.outlier_key_channels,
+                  "Plant N outlier key channels per kv head: rows d/2-1, d/2-2, ... of each head's block of W_k "
+                  "(and the k bias) times --outlier-scale")
+      ->capture_default_str();
+  cmd->add_option("--outlier-scale", args.outlier_scale, "Scale of the planted outlier key channels")
+      ->capture_default_str();
   cmd->add_option("--out", args.out, "Output directory")->required();
 }
 
@@ -126,13 +166,19 @@ int run_make_model(const MakeModelArgs& args) {
 
   const DType dtype = dtype_flag == "f32" ? DType::kF32 : dtype_flag == "f16" ? DType::kF16 : DType::kBF16;
   validate_config(c, "make-model flags");
-  const TensorMap weights = make_random_weights(c, dtype, args.seed);
+  TensorMap weights = make_random_weights(c, dtype, args.seed);
+  if (args.outlier_key_channels != 0) {
+    plant_outlier_key_channels(c, dtype, args.outlier_key_channels, args.outlier_scale, weights);
+  }
   write_model(args.out, c, weights, tokenizer_path);
   if (!args.tokenizer_json.empty()) copy_tokenizer_json(args.tokenizer_json, args.out);
-  fmt::print("wrote {} ({}family {}, {} layers, hidden {}, heads {}/{}, head_dim {}, vocab {}, {}, seed {})\n", args.out,
+  fmt::print("wrote {} ({}family {}, {} layers, hidden {}, heads {}/{}, head_dim {}, vocab {}, {}, seed {}{})\n", args.out,
              args.shape.empty() ? "" : fmt::format("shape {}, ", args.shape), family_name(c.family),
              c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
-             c.vocab_size, dtype_flag, args.seed);
+             c.vocab_size, dtype_flag, args.seed,
+             args.outlier_key_channels == 0
+                 ? std::string()
+                 : fmt::format(", {} outlier key channels x{}", args.outlier_key_channels, args.outlier_scale));
   return 0;
 }
 

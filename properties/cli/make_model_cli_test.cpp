@@ -5,6 +5,7 @@
 // properties/reference/dummy_model_test.cpp and (written to disk) in MakeModelCliSlow.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 
@@ -49,6 +50,47 @@ TEST(MakeModelCli, Qwen3FamilyWritesPerHeadNorms) {
   }
   EXPECT_FALSE(checkpoint.find("model.layers.0.self_attn.q_proj.bias").has_value());  // attention_bias false
   EXPECT_EQ(ReferenceModel::load(dir / "m").config().q_dim(), 64);  // 4 x 16, wider than hidden 32
+}
+
+TEST(MakeModelCli, OutlierKeyChannelsScaleExactlyTheirRowsOfWk) {
+  TempDir dir;
+  const std::string shape = "make-model --random --family qwen2 --layers 2 --hidden 32 --heads 4 --kv-heads 2 "
+                            "--head-dim 16 --vocab 64 --seed 5 --out ";
+  ASSERT_EQ(run_kvcheck(shape + shell_quote(dir / "plain")).code, 0);
+  const CliRun r = run_kvcheck(shape + shell_quote(dir / "outliers") + " --outlier-key-channels 2 --outlier-scale 30");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const Checkpoint plain = Checkpoint::open(dir / "plain"), outliers = Checkpoint::open(dir / "outliers");
+  for (const char* part : {"weight", "bias"}) {  // qwen2 has a k bias
+    for (int l = 0; l < 2; ++l) {
+      const std::string name = "model.layers." + std::to_string(l) + ".self_attn.k_proj." + part;
+      const auto a = plain.find(name), b = outliers.find(name);
+      ASSERT_TRUE(a && b) << name;
+      std::vector<float> x(static_cast<std::size_t>(a->numel())), y(x.size());
+      to_float(*a, x, name);
+      to_float(*b, y, name);
+      const std::int64_t row = a->shape.size() == 2 ? a->shape[1] : 1;
+      for (std::int64_t ch = 0; ch < 32; ++ch) {  // 2 kv heads x 16 channels: 6, 7 and 22, 23 planted
+        const bool planted = ch % 16 == 7 || ch % 16 == 6;
+        for (std::int64_t j = 0; j < row; ++j) {
+          const float w = x[static_cast<std::size_t>(ch * row + j)];
+          EXPECT_EQ(y[static_cast<std::size_t>(ch * row + j)], planted ? static_cast<float>(w * 30.0) : w)
+              << name << " channel " << ch;
+        }
+      }
+    }
+  }
+  // Every other tensor is unchanged.
+  for (const char* name : {"model.layers.0.self_attn.q_proj.weight", "model.layers.1.self_attn.v_proj.weight"}) {
+    const auto a = plain.find(name), b = outliers.find(name);
+    ASSERT_TRUE(a && b);
+    EXPECT_TRUE(std::equal(a->bytes.begin(), a->bytes.end(), b->bytes.begin(), b->bytes.end())) << name;
+  }
+  for (const std::string bad : {"--outlier-key-channels 9", "--outlier-key-channels -1 --outlier-scale 3",
+                                "--outlier-key-channels 1 --outlier-scale 0"}) {
+    const CliRun e = run_kvcheck(shape + shell_quote(dir / "bad") + " " + bad);
+    EXPECT_EQ(e.code, 2) << bad << ": " << e.output;
+    EXPECT_NE(e.output.find("--outlier-"), std::string::npos) << e.output;
+  }
 }
 
 TEST(MakeModelCli, ShapeFlagsConflictingWithShapeAreNamed) {

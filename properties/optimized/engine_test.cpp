@@ -96,6 +96,46 @@ TEST(Engine, QuantizedPoliciesStayCloseAndOrdered) {
   EXPECT_GT(err["int4"], 4 * err["int8"]);
 }
 
+// Rotation is exact in exact arithmetic: an fp16 cache of rotated keys and values (kv-bits at 16
+// bits) gives the unrotated fp16 cache's greedy tokens and logits within fp16 rounding, prefill
+// included (the per-step oracle sees decode only). A query left unrotated, or an output not
+// rotated back at prefill or decode, moves the logits by ~1e-1 (NMSE).
+TEST(Engine, RotatedFp16CacheMatchesTheUnrotatedOne) {
+  const ReferenceModel model = tiny_model(tiny_config(), 11);
+  const ModelConfig& c = model.config();
+  for (const char* spec : {"kv-bits:k=16,v=16,rotate=hadamard", "kv-bits:k=16,v=16,rotate=hadamard-signs,rotate_seed=9"}) {
+    auto plain = small_engine(model, "full-fp16");
+    auto rotated = small_engine(model, spec);
+    EXPECT_EQ(rotated->policy->name(), spec);
+    const std::vector<std::int32_t> prompt = test_tokens(23, c.vocab_size, 4);
+    EngineGenerateOptions eo;
+    eo.max_new_tokens = 24;
+    eo.stop_at_eos = false;
+    eo.keep_logits = true;
+    const EngineGenerateResult a = engine_generate(*plain, 0, prompt, eo);
+    const EngineGenerateResult b = engine_generate(*rotated, 0, prompt, eo);
+    EXPECT_EQ(a.generated, b.generated) << spec;
+    EXPECT_LT(nmse(std::span<const float>(b.logits), std::span<const float>(a.logits)), 1e-6) << spec;
+  }
+}
+
+TEST(Engine, RotationNeedsAPowerOfTwoHeadDim) {
+  testing::TinyShape shape;
+  shape.head_dim = 12;
+  shape.hidden = 48;
+  const ReferenceModel model = tiny_model(tiny_config(shape), 1);
+  try {
+    small_engine(model, "int4:rotate=hadamard");
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("policy 'int4:rotate=hadamard'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("head_dim is 12"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(small_engine(model, "int4"));
+  EXPECT_THROW(make_policy("int4:rotate=hadamard,rotate_seed=3"), InputError);  // a seed needs the signs
+  EXPECT_THROW(make_policy("int4:rotate=walsh"), InputError);
+}
+
 TEST(Engine, CpuBackendIsThreadInvariant) {
   const ModelConfig c = tiny_config();
   const ReferenceModel model = tiny_model(c, 5);
