@@ -64,6 +64,7 @@ struct VerifyArgs {
   std::vector<std::int64_t> sweep_budgets{32, 64, 96, 128};
   std::int64_t sweep_retrieval = 60;
   std::int64_t xkv_calibrate = 0;  // XKV's averaged allocation from this many sampled prompts (0: off)
+  std::int64_t duo_calibrate = 0;  // DuoAttention's retrieval heads from this many held-out retrieval items (0: off)
   std::string json;
 };
 void add_verify(CLI::App& app, VerifyArgs& args);

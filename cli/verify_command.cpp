@@ -28,6 +28,7 @@
 #include "cli/output_file.h"
 #include "cli/verify_prompts.h"
 #include "cli/fp8_calibration.h"
+#include "cli/duo_calibration.h"
 #include "cli/xkv_calibration.h"
 #include "oracles/engine_step_oracle.h"
 #include "oracles/accuracy_metrics.h"
@@ -97,6 +98,13 @@ void add_verify(CLI::App& app, VerifyArgs& args) {
                   "the averaged row after every xkv budget row")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--duo-calibrate", args.duo_calibrate,
+                  "DuoAttention's retrieval heads: run N held-out retrieval items (beyond the --sweep-retrieval the "
+                  "sweep evaluates) exactly, rank the kv heads by the attention their answer queries put outside the "
+                  "duo --policy's sinks and recent window (e.g. duo:retrieval=0.25,sinks=4,recent=60), print the "
+                  "ranking and the calibrated spec (duo:...,heads=...)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--json", args.json, "Write the summary and per-prompt results as JSON");
 }
 
@@ -108,12 +116,23 @@ int run_verify(const VerifyArgs& args) {
   // Inputs and outputs checked before any model work.
   check_eval_files(args.heldout_file, args.retrieval_file);
   if (!args.json.empty()) check_output_file(args.json, "--json");
-  if (!args.retrieval_file.empty() && !args.sweep) {
-    throw input_error("--retrieval", args.retrieval_file, "applies to --sweep (verify without it runs no retrieval items)");
+  if (!args.retrieval_file.empty() && !args.sweep && args.duo_calibrate == 0) {
+    throw input_error("--retrieval", args.retrieval_file,
+                      "applies to --sweep and --duo-calibrate (verify without them runs no retrieval items)");
+  }
+  if (args.sweep && args.duo_calibrate > 0) {
+    throw input_error("--duo-calibrate", "flags",
+                      "runs without --sweep: it prints a spec, which --sweep-specs then runs as a row");
   }
   if (args.sweep) {
     if (args.verify_each_step) throw input_error("--sweep", "flags", "--verify-each-step runs without --sweep");
     return run_verify_sweep(args);
+  }
+  if (args.duo_calibrate > 0) {
+    if (args.verify_each_step || args.xkv_calibrate > 0) {
+      throw input_error("--duo-calibrate", "flags", "runs without --verify-each-step and --xkv-calibrate");
+    }
+    return run_duo_calibrate(args);
   }
   if (args.xkv_calibrate > 0) {
     if (args.verify_each_step) {

@@ -47,4 +47,9 @@ StepDecision KvPolicy::decide_step(std::int32_t layer, std::span<const LiveToken
   return {select_victim(layer, live, new_position), std::nullopt};
 }
 
+StepDecision KvPolicy::decide_head_step(std::int32_t layer, std::int32_t, std::span<const LiveToken> live,
+                                        std::int32_t new_position) const {
+  return decide_step(layer, live, new_position);
+}
+
 }  // namespace kvcheck

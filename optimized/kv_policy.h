@@ -127,6 +127,11 @@ class KvPolicy {
   // A decode step's decision for a head; the default evicts select_victim's choice.
   virtual StepDecision decide_step(std::int32_t layer, std::span<const LiveToken> live,
                                    std::int32_t new_position) const;
+  // decide_step for kv head `kv_head` of `layer`, the one the model runner asks: a policy whose
+  // heads follow different rules (DuoAttention's retrieval and streaming heads) overrides it; the
+  // default asks decide_step, which does not depend on the head.
+  virtual StepDecision decide_head_step(std::int32_t layer, std::int32_t kv_head, std::span<const LiveToken> live,
+                                        std::int32_t new_position) const;
   // Before a decode step appends the token at `new_position` to a head of `layer` that holds
   // `live` (in walk order): the index in `live` of the token to drop, or nullopt to keep them all.
   virtual std::optional<std::size_t> select_victim(std::int32_t layer, std::span<const LiveToken> live,

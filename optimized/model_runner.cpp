@@ -170,6 +170,7 @@ std::vector<float> ModelRunner::prefill(std::int64_t request, std::span<const st
       for (std::size_t i = 0; i < all_scores.size(); ++i) {
         scores.push_back(PromptScores{all_scores[i], window_scores[i], static_cast<std::int32_t>(c.num_hidden_layers)});
       }
+      if (trace_ && trace_->on_prompt_scores) trace_->on_prompt_scores(request, kvh, scores);
       const std::vector<PromptSelection> kept = policy.select_prompt_all(T, kvh, scores);
       if (!policy.accumulates_scores()) all_scores.assign(all_scores.size(), {});
       cache_.commit_prompt(request, T, kept, all_scores, layer_keys, layer_values);
@@ -222,7 +223,7 @@ std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, s
       for (std::int32_t l = 0; l < c.num_hidden_layers; ++l) {
         for (std::int32_t h = 0; h < kvh; ++h, ++i) {
           cache_.live_tokens(requests[static_cast<std::size_t>(b)], l, h, live, live_slots);
-          step[i] = policy.decide_step(l, live, positions[static_cast<std::size_t>(b)]);
+          step[i] = policy.decide_head_step(l, h, live, positions[static_cast<std::size_t>(b)]);
           if (step[i].demote && trace_ && trace_->on_demote) {
             trace_->on_demote(requests[static_cast<std::size_t>(b)], l, h, live.at(*step[i].demote).position);
           }

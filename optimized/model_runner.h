@@ -48,6 +48,10 @@ struct RunnerTrace {
   // before the step; if the step then fails with PoolExhausted it is made again on the retry).
   std::function<void(std::int64_t request, std::int32_t layer, std::int32_t kv_head, std::int32_t position)>
       on_demote;
+  // A prefill's head scores (layer-major, kv-head minor), just before the policy selects the prompt
+  // tokens from them (policies that select only).
+  std::function<void(std::int64_t request, std::int64_t kv_heads, std::span<const PromptScores> heads)>
+      on_prompt_scores;
 };
 
 class ModelRunner {

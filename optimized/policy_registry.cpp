@@ -10,6 +10,8 @@
 #include <charconv>
 #include <cmath>
 
+#include "optimized/adakv_policy.h"
+#include "optimized/duo_policy.h"
 #include "optimized/eviction_policies.h"
 #include "optimized/fp8_policy.h"
 #include "optimized/kivi_policy.h"
@@ -36,7 +38,9 @@ const std::vector<PolicyEntry>& registry() {
       h2o_policy_entry(),
       snapkv_policy_entry(),
       pyramidkv_policy_entry(),
+      adakv_policy_entry(),
       xkv_policy_entry(),
+      duo_policy_entry(),
       spvllm_policy_entry(),
       kivi_policy_entry(2),
       kivi_policy_entry(4),

@@ -25,6 +25,13 @@ EngineStepOracle::EngineStepOracle(Engine& engine, std::int64_t max_reports, Obs
   engine_.runner->set_trace(&trace_);
 }
 
+void EngineStepOracle::observe_prompt(PromptObserver observe) {
+  trace_.on_prompt_scores = [observe = std::move(observe)](std::int64_t, std::int64_t kv_heads,
+                                                           std::span<const PromptScores> heads) {
+    if (observe) observe(kv_heads, heads);
+  };
+}
+
 EngineStepOracle::~EngineStepOracle() { engine_.runner->set_trace(nullptr); }
 
 void EngineStepOracle::begin(std::string label) {

@@ -44,6 +44,12 @@ class EngineStepOracle {
   EngineStepOracle(const EngineStepOracle&) = delete;
   EngineStepOracle& operator=(const EngineStepOracle&) = delete;
 
+  // `observe`, if set, is called with every prefill's head scores (layer-major, kv-head minor)
+  // before the policy selects from them (RunnerTrace::on_prompt_scores): the claims of a policy
+  // that ranks tokens across heads check its choice against them.
+  using PromptObserver = std::function<void(std::int64_t kv_heads, std::span<const PromptScores> heads)>;
+  void observe_prompt(PromptObserver observe);
+
   // Starts a request: its steps are reported under `label` (e.g. "prompt 3 (heldout ...)").
   void begin(std::string label);
 

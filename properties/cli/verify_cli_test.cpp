@@ -4,15 +4,19 @@
 // (a reduced version of the acceptance runs), and bad flags exit 2 naming them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <utility>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "kernels/device.h"
 #include "optimized/kv_policy.h"
+#include "oracles/eval_data.h"
 #include "properties/support/cli_runner.h"
 #include "properties/support/test_support.h"
 
@@ -239,6 +243,40 @@ TEST(VerifyCli, XkvCalibrationPrintsAnAveragedSpecThatRuns) {
   EXPECT_EQ(check.code, 0) << check.output;
 }
 
+// DuoAttention's calibration: ceil(R x 8) retrieval heads, the ones whose answer queries put the
+// most attention outside the streaming window, measured on items the sweep does not evaluate; the
+// printed spec runs under the per-step oracle.
+TEST(VerifyCli, DuoCalibrationPrintsTheHeadsWithTheMostFarAttention) {
+  TempDir dir;
+  const auto out = dir / "calibration.json";
+  const auto run = run_kvcheck("verify --duo-calibrate 4 --policy duo:retrieval=0.3,sinks=2,recent=16 "
+                               "--sweep-retrieval 12 --json " + testing::shell_quote(out));
+  ASSERT_EQ(run.code, 0) << run.output;
+  const json j = read_json_file(out);
+  EXPECT_EQ(j["format"], "kvcheck-duo-calibration");
+  const auto items = j["items"].get<std::vector<std::string>>();
+  ASSERT_EQ(items.size(), 4u);
+  const std::vector<RetrievalItem> all = load_retrieval(std::filesystem::path(KVCHECK_SOURCE_DIR) / "datasets/eval/retrieval.jsonl");
+  for (const RetrievalItem& it : retrieval_subset(all, 12)) {
+    EXPECT_EQ(std::find(items.begin(), items.end(), it.id), items.end()) << it.id << " is evaluated by the sweep";
+  }
+  const auto far = j["far_mass"].get<std::vector<double>>();
+  const auto heads = j["heads"].get<std::vector<std::int64_t>>();
+  ASSERT_EQ(far.size(), 8u);     // 4 layers x 2 kv heads
+  ASSERT_EQ(heads.size(), 3u);   // ceil(0.3 x 8)
+  for (std::int64_t h = 0; h < 8; ++h) {
+    if (std::find(heads.begin(), heads.end(), h) != heads.end()) continue;
+    for (std::int64_t r : heads) EXPECT_GE(far[static_cast<std::size_t>(r)], far[static_cast<std::size_t>(h)]) << r << " vs " << h;
+  }
+  EXPECT_GT(j["queries"].get<std::int64_t>(), 4);
+  const std::string spec = j["spec"];
+  EXPECT_EQ(spec, fmt::format("duo:sinks=2,recent=16,heads={}/{}/{}", heads[0], heads[1], heads[2]));
+  EXPECT_NE(run.output.find("policy spec: " + spec), std::string::npos) << run.output;
+  const auto check = run_kvcheck("verify --verify-each-step --policy " + spec + " --prompts 2 --prompt-tokens 48 "
+                                 "--max-new-tokens 8");
+  EXPECT_EQ(check.code, 0) << check.output;
+}
+
 // The derived sweep rows: each dynamic leankv row is followed by a static one holding its mean
 // tokens per head (so the same bytes up to rounding), and each xkv budget row by its averaged
 // allocation, which holds the same tokens per head as the per-request row.
@@ -294,6 +332,20 @@ TEST(VerifyCli, BadFlagsExitTwoNamingThem) {
   EXPECT_EQ(run.code, 2);
   EXPECT_NE(run.output.find("--xkv-calibrate: policy: needs an xkv spec with a budget"), std::string::npos)
       << run.output;
+  run = run_kvcheck("verify --duo-calibrate 2 --policy h2o");
+  EXPECT_EQ(run.code, 2);
+  EXPECT_NE(run.output.find("--duo-calibrate: policy: needs a duo spec without heads"), std::string::npos)
+      << run.output;
+  run = run_kvcheck("verify --duo-calibrate 2 --policy duo --sweep-retrieval 360");
+  EXPECT_EQ(run.code, 2);
+  EXPECT_NE(run.output.find("2 items asked for, 0 of its items are left"), std::string::npos) << run.output;
+  run = run_kvcheck("verify --policy duo:heads=8");
+  EXPECT_EQ(run.code, 2);
+  EXPECT_NE(run.output.find("policy 'duo': parameter 'heads' names kv head 8, the model has 8"), std::string::npos)
+      << run.output;
+  run = run_kvcheck("verify --policy duo:heads=1/1");
+  EXPECT_EQ(run.code, 2);
+  EXPECT_NE(run.output.find("policy 'duo': parameter 'heads' names a kv head twice"), std::string::npos) << run.output;
   run = run_kvcheck("verify --xkv-calibrate 2 --policy xkv:budget=64 --prompt-tokens 32");
   EXPECT_EQ(run.code, 2);
   EXPECT_NE(run.output.find("--xkv-calibrate: --prompt-tokens: 32 prompt tokens"), std::string::npos) << run.output;

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <vector>
 
+#include "optimized/adakv_policy.h"
+#include "optimized/duo_policy.h"
 #include "optimized/eviction_policies.h"
 #include "optimized/kivi_policy.h"
 #include "optimized/kv_policy.h"
@@ -50,6 +52,51 @@ TEST(PolicySpec, PolicyListsSplitBetweenPolicies) {
   EXPECT_EQ(split_policy_list("int4:rotate=hadamard-signs,rotate_seed=3,kivi2"),
             (std::vector<std::string>{"int4:rotate=hadamard-signs,rotate_seed=3", "kivi2"}));
   EXPECT_TRUE(split_policy_list("").empty());
+}
+
+TEST(PolicySpec, AdaKvAndDuoParameters) {
+  EXPECT_EQ(make_policy("adakv")->name(), "adakv:budget=64,base=snapkv,floor=0.2,window=32,pool=7");
+  EXPECT_EQ(make_policy("adakv:base=pyramidkv,window=8,floor=0")->name(),
+            "adakv:budget=64,base=pyramidkv,floor=0,ratio=20,window=8,pool=7");
+  EXPECT_NE(message("adakv:base=h2o").find("parameter 'base' must be one of snapkv, pyramidkv, got 'h2o'"),
+            std::string::npos);
+  EXPECT_NE(message("adakv:budget=16").find("window must be smaller than budget"), std::string::npos);
+  EXPECT_NE(message("adakv:floor=1.5").find("'floor' = 1.5 is outside [0, 1]"), std::string::npos);
+  EXPECT_EQ(make_policy("duo")->name(), "duo:retrieval=0.25,sinks=4,recent=60");
+  EXPECT_EQ(make_policy("duo:heads=7/1,recent=8")->name(), "duo:sinks=4,recent=8,heads=1/7");
+  EXPECT_NE(message("duo:heads=2/2").find("'heads' names a kv head twice"), std::string::npos);
+  EXPECT_NE(message("duo:retrieval=2").find("'retrieval' = 2 is outside [0, 1]"), std::string::npos);
+}
+
+// Ada-KV's joint allocation: head 0's scores all beat head 1's, so without a floor head 0 takes
+// the whole layer; each floor token moves one slot back to head 1.
+TEST(AdaKvSelect, FloorsThenTheBestPairsAcrossHeads) {
+  const std::vector<std::vector<float>> scores = {{5, 4, 3, 2}, {1, 0.5f, 0.4f, 0.3f}};
+  EXPECT_EQ(adakv_select(scores, 2, 0), (std::vector<Positions>{{0, 1, 2, 3}, {}}));
+  EXPECT_EQ(adakv_select(scores, 2, 1), (std::vector<Positions>{{0, 1, 2}, {0}}));
+  EXPECT_EQ(adakv_select(scores, 2, 2), (std::vector<Positions>{{0, 1}, {0, 1}}));  // SnapKV's
+  EXPECT_EQ(adakv_select(scores, 5, 0), (std::vector<Positions>{{0, 1, 2, 3}, {0, 1, 2, 3}}));  // all fit
+  // Ties go to the lower head, then the lower position.
+  EXPECT_EQ(adakv_select({{1, 1, 0}, {1, 1, 0}}, 1, 0), (std::vector<Positions>{{0, 1}, {}}));
+  EXPECT_EQ(adakv_select({{0, 1, 1}, {1, 0, 0}}, 1, 0), (std::vector<Positions>{{1, 2}, {}}));
+  EXPECT_THROW(adakv_select(scores, 1, 2), std::invalid_argument);
+}
+
+// DuoAttention's default: the first ceil(R x all) kv heads, layer-major; heads= replaces it.
+TEST(DuoHeads, DefaultIsTheFirstCeilRHeadsAndHeadsReplacesIt) {
+  DuoParams p;
+  p.retrieval = 0.3;  // ceil(0.3 x 8) = 3: layer 0's two heads and layer 1's first
+  std::vector<bool> got;
+  for (int l = 0; l < 4; ++l) {
+    for (int h = 0; h < 2; ++h) got.push_back(duo_is_retrieval(p, l, h, 4, 2));
+  }
+  EXPECT_EQ(got, (std::vector<bool>{true, true, true, false, false, false, false, false}));
+  p.retrieval = 0.25;  // exactly 2
+  EXPECT_FALSE(duo_is_retrieval(p, 1, 0, 4, 2));
+  p.heads = {3, 6};
+  EXPECT_TRUE(duo_is_retrieval(p, 1, 1, 4, 2));
+  EXPECT_TRUE(duo_is_retrieval(p, 3, 0, 4, 2));
+  EXPECT_FALSE(duo_is_retrieval(p, 0, 0, 4, 2));
 }
 
 TEST(PolicySpec, XkvLayersAndLeanKvStaticParameters) {

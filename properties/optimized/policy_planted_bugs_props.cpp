@@ -11,6 +11,7 @@
 #include <functional>
 #include <random>
 
+#include "optimized/duo_policy.h"
 #include "optimized/eviction_policies.h"
 #include "optimized/leankv_policy.h"
 #include "properties/optimized/policy_step_table.h"
@@ -45,6 +46,9 @@ class PlantedBug : public KvPolicy {
     return inner_->decide_step(layer, live, p);
   }
   KvRotation rotation() const override { return inner_->rotation(); }
+  void bind_engine(std::int64_t layers, std::int64_t kv_heads, std::int64_t head_dim, std::int64_t page_bytes) override {
+    inner_->bind_engine(layers, kv_heads, head_dim, page_bytes);
+  }
 
  protected:
   std::unique_ptr<KvPolicy> inner_;
@@ -220,6 +224,59 @@ class OutputNotRotatedBack final : public PlantedBug {
   }
 };
 
+// Ada-KV losing one token of a layer's total: the head that keeps the most candidates gives up its
+// lowest-placed one, in every layer whose prompt is longer than its budget.
+class ShortAdaKv final : public PlantedBug {
+ public:
+  ShortAdaKv(std::unique_ptr<KvPolicy> inner, std::int64_t window) : PlantedBug(std::move(inner)), window_(window) {}
+  std::vector<PromptSelection> select_prompt_all(std::int64_t n, std::int64_t kv_heads,
+                                                 std::span<const PromptScores> heads) const override {
+    std::vector<PromptSelection> kept = inner_->select_prompt_all(n, kv_heads, heads);
+    for (std::size_t first = 0; first < kept.size(); first += static_cast<std::size_t>(kv_heads)) {
+      auto most = kept.begin() + static_cast<std::ptrdiff_t>(first);
+      for (auto h = most; h != most + kv_heads && h != kept.end(); ++h) {
+        if (h->high.size() > most->high.size()) most = h;
+      }
+      if (static_cast<std::int64_t>(most->high.size()) < n && static_cast<std::int64_t>(most->high.size()) > window_) {
+        most->high.erase(most->high.end() - window_ - 1);  // the last candidate before the window
+      }
+    }
+    return kept;
+  }
+
+ private:
+  std::int64_t window_;
+};
+
+// Ada-KV ranking each head on its own (SnapKV's selection at the same budget), not jointly.
+class HeadwiseAdaKv final : public PlantedBug {
+ public:
+  HeadwiseAdaKv(std::unique_ptr<KvPolicy> inner, std::unique_ptr<KvPolicy> snapkv)
+      : PlantedBug(std::move(inner)), snapkv_(std::move(snapkv)) {}
+  std::vector<PromptSelection> select_prompt_all(std::int64_t n, std::int64_t kv_heads,
+                                                 std::span<const PromptScores> heads) const override {
+    return snapkv_->select_prompt_all(n, kv_heads, heads);
+  }
+
+ private:
+  std::unique_ptr<KvPolicy> snapkv_;
+};
+
+// DuoAttention with one head's class swapped: the policy of `swapped`'s retrieval heads claimed as
+// the original's (its spec names the original's).
+class SwappedDuo final : public PlantedBug {
+ public:
+  using PlantedBug::PlantedBug;
+  std::vector<PromptSelection> select_prompt_all(std::int64_t n, std::int64_t kv_heads,
+                                                 std::span<const PromptScores> heads) const override {
+    return inner_->select_prompt_all(n, kv_heads, heads);
+  }
+  StepDecision decide_head_step(std::int32_t layer, std::int32_t kv_head, std::span<const LiveToken> live,
+                                std::int32_t p) const override {
+    return inner_->decide_head_step(layer, kv_head, live, p);
+  }
+};
+
 TEST(PolicyStepProps, PlantedBugsAreCaught) {
   struct Planted {
     const char* what;
@@ -229,6 +286,8 @@ TEST(PolicyStepProps, PlantedBugsAreCaught) {
   const DrawnPolicy streaming = claim(StreamingCase{.sinks = 2, .window = 4}, check_streaming);
   const DrawnPolicy h2o = claim(H2oCase{.budget = 6, .recent = 0.25}, check_h2o);
   const DrawnPolicy leankv = claim(LeanKvCase{.alpha_h = 1.0, .alpha_l = 0.6, .window = 3, .rotation = ""}, check_leankv);
+  const DrawnPolicy adakv = claim(AdaKvCase{.budget = 8, .floor = 0.2, .window = 2, .pool = 3}, check_adakv);
+  const DrawnPolicy duo = claim(DuoCase{.sinks = 2, .recent = 4, .heads = {1}}, check_duo);
   const DrawnPolicy static_leankv =
       claim(StaticLeanKvCase{.high = 3, .low = 2, .window = 2}, check_static_leankv);
   const std::vector<Planted> planted = {
@@ -265,6 +324,26 @@ TEST(PolicyStepProps, PlantedBugsAreCaught) {
       {"minikv evicts while decoding",
        claim(MiniKvCase{.budget = 8, .recent = 0.5, .residual = 16, .value_group = 8}, check_minikv),
        [](auto p) { return std::make_unique<DecodingMiniKv>(std::move(p)); }},
+      {"adakv loses one token of a layer's total", adakv,
+       [](auto p) { return std::make_unique<ShortAdaKv>(std::move(p), 2); }},
+      {"adakv ranks each head on its own (snapkv)", adakv,
+       [](auto p) { return std::make_unique<HeadwiseAdaKv>(std::move(p), make_snapkv_policy(8, 2, 3)); }},
+      {"duo swaps a retrieval head for a streaming one", duo,
+       [](auto) {  // heads=1 claimed; head 1 streams instead
+         DuoParams swapped;
+         swapped.retrieval = 0.0;
+         swapped.sinks = 2;
+         swapped.recent = 4;
+         return std::make_unique<SwappedDuo>(make_duo_policy(swapped));
+       }},
+      {"duo swaps a streaming head for a retrieval one", duo,
+       [](auto) {  // heads=1 claimed; head 0 retrieves too
+         DuoParams swapped;
+         swapped.sinks = 2;
+         swapped.recent = 4;
+         swapped.heads = {0, 1};
+         return std::make_unique<SwappedDuo>(make_duo_policy(swapped));
+       }},
       {"static leankv keeps the low victim (the low tier outgrows its budget)", static_leankv,
        [](auto p) { return std::make_unique<HoardingLeanKv>(std::move(p)); }},
       {"static leankv ranks its high victim by score, not significance", static_leankv,

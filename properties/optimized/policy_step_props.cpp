@@ -18,6 +18,7 @@
 #include <rapidcheck.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -25,6 +26,7 @@
 #include <set>
 #include <tuple>
 
+#include "optimized/adakv_policy.h"
 #include "optimized/eviction_policies.h"
 #include "optimized/leankv_policy.h"
 #include "properties/optimized/policy_step_table.h"
@@ -286,6 +288,116 @@ std::string XkvCase::check_run(const PolicyRunEnd& end) const {
   return "";
 }
 
+std::string AdaKvCase::spec() const {
+  return pyramid ? fmt::format("adakv:budget={},base=pyramidkv,floor={},ratio={},window={},pool={}", budget, floor,
+                               ratio, window, pool)
+                 : fmt::format("adakv:budget={},base=snapkv,floor={},window={},pool={}", budget, floor, window, pool);
+}
+
+void check_adakv(const AdaKvCase& c, const HeadStep& s, HeadMemory& m) {
+  // The counts and the choice are across the heads, checked after the request (check_run).
+  const std::set<std::int32_t> prompt_part = s.prompt_part();
+  s.require_held(static_cast<std::int32_t>(s.prompt_len), s.position, "adakv dropped generated position");
+  s.require_held(static_cast<std::int32_t>(s.prompt_len - c.window), static_cast<std::int32_t>(s.prompt_len - 1),
+                 "adakv dropped window position");
+  if (m.seen && m.prompt_kept != prompt_part) s.fail("adakv changed its prompt tokens during decode");
+  m.prompt_kept = prompt_part;
+  m.seen = true;
+}
+
+namespace {
+
+// SnapKV's max pooling written out again: each score the maximum of the `pool` centred ones.
+std::vector<float> max_pooled(const std::vector<float>& x, std::int64_t pool) {
+  const auto n = static_cast<std::int64_t>(x.size());
+  std::vector<float> out(x.size());
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto from = x.begin() + std::max<std::int64_t>(0, i - pool / 2);
+    const auto to = x.begin() + std::min(n, i + pool / 2 + 1);
+    out[static_cast<std::size_t>(i)] = *std::max_element(from, to);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string AdaKvCase::check_run(const PolicyRunEnd& end) const {
+  const std::int64_t T = end.prompt_len, H = end.kv_heads;
+  AdaKvParams p;
+  p.budget = budget;
+  p.base = pyramid ? AdaKvBase::kPyramidKv : AdaKvBase::kSnapKv;
+  p.floor = floor;
+  p.ratio = ratio;
+  p.window = window;
+  for (std::int32_t l = 0; l < end.layers; ++l) {
+    const std::int64_t b = adakv_layer_budget(p, l, static_cast<std::int32_t>(end.layers), T);
+    std::int64_t sum = 0;
+    for (std::int32_t h = 0; h < H; ++h) sum += static_cast<std::int64_t>(end.heads.at({l, h}).prompt_kept.size());
+    if (sum != H * std::min(T, b)) {
+      return fmt::format("layer {}: the heads keep {} prompt tokens in all, the layer's total is {} x {}", l, sum, H,
+                         std::min(T, b));
+    }
+    if (T <= b) continue;
+    // The order of (head, position) pairs: higher pooled score first, then the lower head, then
+    // the lower position. Every head's floor is its own top f; above the floors, every kept pair
+    // comes before every dropped one.
+    const std::int64_t candidates = T - window, f = adakv_floor_tokens(p, b);
+    std::vector<std::vector<float>> scores;
+    for (std::int32_t h = 0; h < H; ++h) {
+      const std::vector<float>& w = end.window_scores.at(static_cast<std::size_t>(l * H + h));
+      scores.push_back(max_pooled({w.begin(), w.begin() + candidates}, pool));
+    }
+    using Pair = std::tuple<float, std::int32_t, std::int32_t>;  // (-score, head, position)
+    std::optional<Pair> last_kept, first_dropped;
+    for (std::int32_t h = 0; h < H; ++h) {
+      const std::set<std::int32_t>& kept = end.heads.at({l, h}).prompt_kept;
+      std::vector<Pair> own;
+      for (std::int32_t j = 0; j < candidates; ++j) own.emplace_back(-scores[static_cast<std::size_t>(h)][static_cast<std::size_t>(j)], h, j);
+      std::sort(own.begin(), own.end());
+      for (std::int64_t i = 0; i < candidates; ++i) {
+        const Pair& q = own[static_cast<std::size_t>(i)];
+        const bool held = kept.contains(std::get<2>(q));
+        if (i < f) {
+          if (!held) return fmt::format("layer {} head {} dropped position {}, one of its top {} (its floor)", l, h, std::get<2>(q), f);
+          continue;
+        }
+        if (held && (!last_kept || *last_kept < q)) last_kept = q;
+        if (!held && (!first_dropped || q < *first_dropped)) first_dropped = q;
+      }
+    }
+    if (last_kept && first_dropped && *first_dropped < *last_kept) {
+      return fmt::format("layer {}: head {} keeps position {} (score {}) while head {} drops position {} (score {})", l,
+                         std::get<1>(*last_kept), std::get<2>(*last_kept), -std::get<0>(*last_kept),
+                         std::get<1>(*first_dropped), std::get<2>(*first_dropped), -std::get<0>(*first_dropped));
+    }
+  }
+  return "";
+}
+
+std::string DuoCase::spec() const {
+  return heads.empty() ? fmt::format("duo:retrieval={},sinks={},recent={}", retrieval, sinks, recent)
+                       : fmt::format("duo:sinks={},recent={},heads={}", sinks, recent, fmt::join(heads, "/"));
+}
+
+bool DuoCase::retrieves(std::int64_t layer, std::int64_t head, std::int64_t layers, std::int64_t kv_heads) const {
+  const std::int64_t flat = layer * kv_heads + head;
+  if (heads.empty()) return static_cast<double>(flat) < std::ceil(retrieval * static_cast<double>(layers * kv_heads));
+  return std::find(heads.begin(), heads.end(), flat) != heads.end();
+}
+
+void check_duo(const DuoCase& c, const HeadStep& s, HeadMemory&) {
+  const std::int32_t p = s.position;
+  const bool retrieval = c.retrieves(s.layer, s.kv_head, s.layers, s.kv_heads);
+  std::set<std::int32_t> want;
+  for (std::int32_t j = 0; j <= p; ++j) {
+    if (retrieval || j < c.sinks || j > p - c.recent || p + 1 <= c.sinks + c.recent) want.insert(j);
+  }
+  if (s.held != want) {
+    s.fail(fmt::format("duo {} head holds {} positions, {} expected", retrieval ? "retrieval" : "streaming",
+                       s.held.size(), want.size()));
+  }
+}
+
 std::string LeanKvCase::spec() const {
   return fmt::format("leankv:alpha_h={},alpha_l={},window={},high_k={},high_v={},low_k={},low_v={}", alpha_h, alpha_l,
                      window, bits.high_k, bits.high_v, bits.low_k, bits.low_v) +
@@ -438,6 +550,29 @@ const std::vector<PolicyRow>& policy_step_table() {
                            *rc::gen::element<std::int64_t>(1, 3, 7)};
           },
           check_xkv),
+      row("adakv",
+          [] {
+            AdaKvCase c;
+            c.window = *rc::gen::inRange<std::int64_t>(1, 8);
+            c.budget = c.window + *rc::gen::inRange<std::int64_t>(1, 10);
+            c.pool = *rc::gen::element<std::int64_t>(1, 3, 7);
+            c.floor = *rc::gen::element(0.0, 0.2, 0.5, 1.0);
+            c.pyramid = *rc::gen::arbitrary<bool>();
+            c.ratio = *rc::gen::element(1.0, 2.0, 20.0);
+            return c;
+          },
+          check_adakv),
+      row("duo",
+          [] {
+            DuoCase c;
+            c.retrieval = *rc::gen::element(0.0, 0.25, 0.5, 0.75, 1.0);
+            c.sinks = *rc::gen::inRange<std::int64_t>(0, 5);
+            c.recent = *rc::gen::inRange<std::int64_t>(1, 12);
+            // (head 0 is in every model; a calibrated set names heads explicitly)
+            if (*rc::gen::element(false, true)) c.heads = {0};
+            return c;
+          },
+          check_duo),
       row("kivi2", [] { return draw_kivi(2); }, check_kivi),
       row("kivi4", [] { return draw_kivi(4); }, check_kivi),
       // Rotated before quantization: the oracle checks them in the rotated space.

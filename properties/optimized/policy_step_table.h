@@ -79,6 +79,30 @@ struct XkvCase {
 };
 void check_xkv(const XkvCase& c, const HeadStep& s, HeadMemory& m);
 
+// Ada-KV: every generated token and the window, the prompt selection fixed at prefill; after the
+// request, per layer, each head's candidates exactly the joint top-scoring (head, token) pairs
+// above its own floor, the heads' counts summing to kv_heads * the layer's budget.
+struct AdaKvCase {
+  std::int64_t budget = 2;
+  bool pyramid = false;  // base=pyramidkv
+  double floor = 0.2, ratio = 20.0;
+  std::int64_t window = 1, pool = 1;
+  std::string spec() const;
+  std::string check_run(const PolicyRunEnd& end) const;
+};
+void check_adakv(const AdaKvCase& c, const HeadStep& s, HeadMemory& m);
+
+// DuoAttention: a retrieval head holds every position, a streaming head exactly the sinks and the
+// recent window.
+struct DuoCase {
+  double retrieval = 0.25;
+  std::int64_t sinks = 0, recent = 1;
+  std::vector<std::int64_t> heads;  // the retrieval heads (empty: the first ceil(retrieval * all))
+  std::string spec() const;
+  bool retrieves(std::int64_t layer, std::int64_t head, std::int64_t layers, std::int64_t kv_heads) const;
+};
+void check_duo(const DuoCase& c, const HeadStep& s, HeadMemory& m);
+
 // LeanKV's tier bit widths.
 struct LeanKvBits {
   int high_k = 8, high_v = 4, low_k = 4, low_v = 2;

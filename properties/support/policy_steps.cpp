@@ -80,7 +80,7 @@ std::string run_policy_steps(const PolicyStepCase& c, const DrawnPolicy& drawn, 
   const std::vector<std::int32_t> prompt = test_tokens(c.prompt, config.vocab_size, c.seed + 1);
   const PagePool& pool = e->cache->manager().pool();
   std::map<std::pair<std::int32_t, std::int32_t>, HeadRecord> records;  // (layer, kv head)
-  PolicyRunEnd end{{}, c.prompt, config.num_hidden_layers, config.num_key_value_heads};
+  PolicyRunEnd end{{}, c.prompt, config.num_hidden_layers, config.num_key_value_heads, {}};
   std::string failure;
   EngineStepOracle oracle(*e, 1, [&](const EngineStepHead& h) {
     const DecodeHeadTrace& s = h.step;
@@ -91,6 +91,7 @@ std::string run_policy_steps(const PolicyStepCase& c, const DrawnPolicy& drawn, 
     step.position = s.position;
     step.prompt_len = c.prompt;
     step.layers = config.num_hidden_layers;
+    step.kv_heads = config.num_key_value_heads;
     step.tokens_per_page = pool.tokens_per_page(kHighTier);
     step.tokens_per_low_page = pool.tokens_per_page(kLowTier);
     step.live = h.live;
@@ -108,6 +109,10 @@ std::string run_policy_steps(const PolicyStepCase& c, const DrawnPolicy& drawn, 
     drawn.check(step, end.heads[key]);
     records[key] = HeadRecord{{h.live.begin(), h.live.end()}, {h.slots.begin(), h.slots.end()},
                               {s.slot_probs.begin(), s.slot_probs.end()}, high_pages};
+  });
+  oracle.observe_prompt([&](std::int64_t, std::span<const PromptScores> heads) {
+    end.window_scores.clear();
+    for (const PromptScores& h : heads) end.window_scores.emplace_back(h.window.begin(), h.window.end());
   });
   oracle.begin(drawn.spec);
   EngineGenerateOptions go;

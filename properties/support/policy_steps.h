@@ -54,7 +54,7 @@ class HeadStep {
   std::int32_t layer = 0, kv_head = 0;
   std::int32_t position = 0;            // p: the position this step added
   std::int64_t prompt_len = 0;          // T
-  std::int64_t layers = 0;              // the model's
+  std::int64_t layers = 0, kv_heads = 0;  // the model's
   std::int64_t tokens_per_page = 0;     // of the high tier
   std::span<const LiveToken> live;      // in walk order
   std::set<std::int32_t> held;          // the positions of `live`
@@ -83,6 +83,10 @@ class HeadStep {
 struct PolicyRunEnd {
   std::map<std::pair<std::int32_t, std::int32_t>, HeadMemory> heads;  // (layer, kv head)
   std::int64_t prompt_len = 0, layers = 0, kv_heads = 0;
+  // The prefill's observation-window column sums of each head ([layer * kv_heads + head][prompt
+  // position], the maximum over its query group), as the policy got them; empty for a policy
+  // without an observation window.
+  std::vector<std::vector<float>> window_scores;
 };
 
 // A policy with its parameters drawn: its spec and what it claims.
