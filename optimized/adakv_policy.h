@@ -13,8 +13,9 @@
 //            queries, max-pooled over `pool` neighbours (the maximum over the kv head's query
 //            group). Every query's attention sums to 1, so the scores of different heads are on
 //            one scale and can be ranked together;
-//   floor    the safeguard: every head first takes its own top f = floor(floor * (b - window))
-//            candidates, so that no head is starved;
+//   floor    the safeguard: every head first takes its own top f = ceil(floor * (b - window))
+//            candidates, so that no head is starved (any floor > 0 keeps at least one, which is
+//            usually the head's attention sink);
 //   joint    the kv_heads * (b - window - f) slots left go to the highest-scoring (head, token)
 //            pairs not yet taken, across the layer's heads (ties: the lower head, then the lower
 //            position).
@@ -56,7 +57,7 @@ struct AdaKvParams {
 std::unique_ptr<KvPolicy> make_adakv_policy(const AdaKvParams& params);
 // The layer's prompt budget b of a prompt of `prompt` tokens in a model of `layers` layers.
 std::int64_t adakv_layer_budget(const AdaKvParams& params, std::int32_t layer, std::int32_t layers, std::int64_t prompt);
-// The floor f of a layer of budget b: floor(floor * (b - window)).
+// The floor f of a layer of budget b: ceil(floor * (b - window)).
 std::int64_t adakv_floor_tokens(const AdaKvParams& params, std::int64_t layer_budget);
 
 // Registry entry (optimized/policy_registry.h).

@@ -82,6 +82,23 @@ TEST(AdaKvSelect, FloorsThenTheBestPairsAcrossHeads) {
   EXPECT_THROW(adakv_select(scores, 1, 2), std::invalid_argument);
 }
 
+// The floor rounds up: one slot per head keeps it whatever the share (but 0).
+TEST(AdaKvSelect, FloorRoundsUp) {
+  AdaKvParams p;
+  p.window = 8;
+  p.floor = 0.2;
+  EXPECT_EQ(adakv_floor_tokens(p, 9), 1);
+  EXPECT_EQ(adakv_floor_tokens(p, 40), 7);  // 6.4
+  p.floor = 0.25;
+  EXPECT_EQ(adakv_floor_tokens(p, 40), 8);  // exactly
+  p.floor = 0.28;
+  EXPECT_EQ(adakv_floor_tokens(p, 33), 7);  // 0.28 x 25 is 7.000000000000001 in doubles
+  p.floor = 0.0;
+  EXPECT_EQ(adakv_floor_tokens(p, 9), 0);
+  p.floor = 1.0;
+  EXPECT_EQ(adakv_floor_tokens(p, 40), 32);
+}
+
 // DuoAttention's default: the first ceil(R x all) kv heads, layer-major; heads= replaces it.
 TEST(DuoHeads, DefaultIsTheFirstCeilRHeadsAndHeadsReplacesIt) {
   DuoParams p;
