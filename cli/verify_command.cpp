@@ -105,6 +105,10 @@ void add_verify(CLI::App& app, VerifyArgs& args) {
                   "ranking and the calibrated spec (duo:...,heads=...)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--duo-rank", args.duo_rank,
+                  "--duo-calibrate's statistic: far-mass (the attention outside the window) or output-error (how "
+                  "far keeping only the window moves the head's attention output)")
+      ->capture_default_str();
   cmd->add_option("--json", args.json, "Write the summary and per-prompt results as JSON");
 }
 

@@ -275,6 +275,24 @@ TEST(VerifyCli, DuoCalibrationPrintsTheHeadsWithTheMostFarAttention) {
   const auto check = run_kvcheck("verify --verify-each-step --policy " + spec + " --prompts 2 --prompt-tokens 48 "
                                  "--max-new-tokens 8");
   EXPECT_EQ(check.code, 0) << check.output;
+  // Ranked by output error instead: the same items and statistics, the heads of largest output error.
+  const auto by_error = run_kvcheck("verify --duo-calibrate 4 --duo-rank output-error --policy "
+                                    "duo:retrieval=0.3,sinks=2,recent=16 --sweep-retrieval 12 --json " +
+                                    testing::shell_quote(out));
+  ASSERT_EQ(by_error.code, 0) << by_error.output;
+  const json e = read_json_file(out);
+  EXPECT_EQ(e["rank"], "output-error");
+  EXPECT_EQ(e["items"], j["items"]);
+  EXPECT_EQ(e["far_mass"], j["far_mass"]);
+  const auto error = e["output_error"].get<std::vector<double>>();
+  const auto error_heads = e["heads"].get<std::vector<std::int64_t>>();
+  ASSERT_EQ(error.size(), 8u);
+  ASSERT_EQ(error_heads.size(), 3u);
+  for (std::int64_t h = 0; h < 8; ++h) {
+    EXPECT_GE(error[static_cast<std::size_t>(h)], 0.0);
+    if (std::find(error_heads.begin(), error_heads.end(), h) != error_heads.end()) continue;
+    for (std::int64_t r : error_heads) EXPECT_GE(error[static_cast<std::size_t>(r)], error[static_cast<std::size_t>(h)]);
+  }
 }
 
 // The derived sweep rows: each dynamic leankv row is followed by a static one holding its mean
@@ -339,6 +357,9 @@ TEST(VerifyCli, BadFlagsExitTwoNamingThem) {
   run = run_kvcheck("verify --duo-calibrate 2 --policy duo --sweep-retrieval 360");
   EXPECT_EQ(run.code, 2);
   EXPECT_NE(run.output.find("2 items asked for, 0 of its items are left"), std::string::npos) << run.output;
+  run = run_kvcheck("verify --duo-calibrate 2 --duo-rank nope --policy duo");
+  EXPECT_EQ(run.code, 2);
+  EXPECT_NE(run.output.find("--duo-rank: nope: must be far-mass or output-error"), std::string::npos) << run.output;
   run = run_kvcheck("verify --policy duo:heads=8");
   EXPECT_EQ(run.code, 2);
   EXPECT_NE(run.output.find("policy 'duo': parameter 'heads' names kv head 8, the model has 8"), std::string::npos)
