@@ -296,12 +296,14 @@ std::string heat_cell(double value, double top) {
   return fmt::format(R"svg(<td style="background:rgb({},{},120)">{:.3f}</td>)svg", r, g, value);
 }
 
-// LeanKV rows: each (layer, kv head)'s bytes at the last step relative to full-fp16, as a heat map.
+// The rows whose kv heads hold different amounts (LeanKV, Ada-KV, DuoAttention): each (layer, kv
+// head)'s bytes at the last step relative to full-fp16, as a heat map.
 std::string head_memory(const nlohmann::json& rows) {
   std::string s;
   for (const nlohmann::json& r : rows) {
     const std::string policy = r.at("policy").get<std::string>();
-    if (family(policy) != "leankv" || !r.contains("bytes_vs_fp16_per_head")) continue;
+    const std::string f = family(policy);
+    if ((f != "leankv" && f != "adakv" && f != "duo") || !r.contains("bytes_vs_fp16_per_head")) continue;
     const auto heads = r.at("bytes_vs_fp16_per_head").get<std::vector<std::vector<double>>>();
     double top = 0.0;
     for (const auto& layer : heads) {
@@ -317,7 +319,7 @@ std::string head_memory(const nlohmann::json& rows) {
     }
     s += "</table>";
   }
-  return s.empty() ? "<p>(no LeanKV rows)</p>" : s;
+  return s.empty() ? "<p>(no LeanKV, Ada-KV or DuoAttention rows)</p>" : s;
 }
 
 // The reference's attention over the continuation, per (layer, kv head): the share of the context
@@ -463,7 +465,7 @@ table.wide{font-size:11px}table.wide td{white-space:nowrap}table.wide td:first-c
        "95% mass sits in a small share of the context leaves tokens to evict or quantize harder; a large first-token "
        "mass is an attention sink.</p>";
   s += reference_attention(report);
-  s += "<h2>Per-head memory (LeanKV)</h2><p class=\"note\">Each kv head's bytes at the last decode step relative to full-fp16 holding the whole context (darker green: more bytes).</p>";
+  s += "<h2>Per-head memory (LeanKV, Ada-KV, DuoAttention)</h2><p class=\"note\">Each kv head's bytes at the last decode step relative to full-fp16 holding the whole context (darker green: more bytes).</p>";
   s += head_memory(rows);
   s += "<h2>Fragmentation over time (SpvLLM's slot strategies)</h2>";
   s += spvllm_fragmentation(report);

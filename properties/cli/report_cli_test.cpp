@@ -153,7 +153,7 @@ TEST(ReportCli, QuickReportMatchesTheCommittedBaseline) {
   EXPECT_NE(html.find("Pareto front"), std::string::npos);
   for (const char* section : {"Per-layer budgets (XKV, PyramidKV)", "<title>pyramidkv budget 32</title>", "<title>xkv budget 64</title>",
                               "Reference attention structure", "share of the context holding 95% of the mass",
-                              "Per-head memory (LeanKV)", "<h3><code>leankv:", "Fragmentation over time", "<title>no-op</title>",
+                              "Per-head memory (LeanKV, Ada-KV, DuoAttention)", "<h3><code>leankv:", "<h3><code>adakv:", "<h3><code>duo:", "Fragmentation over time", "<title>no-op</title>",
                               "<title>slot-reuse</title>"}) {
     EXPECT_NE(html.find(section), std::string::npos) << section;
   }
