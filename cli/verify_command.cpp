@@ -102,7 +102,8 @@ void add_verify(CLI::App& app, VerifyArgs& args) {
                   "DuoAttention's retrieval heads: run N held-out retrieval items (beyond the --sweep-retrieval the "
                   "sweep evaluates) exactly, rank the kv heads by the attention their answer queries put outside the "
                   "duo --policy's sinks and recent window (e.g. duo:retrieval=0.25,sinks=4,recent=60), print the "
-                  "ranking and the calibrated spec (duo:...,heads=...)")
+                  "ranking and the calibrated spec (duo:...,heads=...); with --sweep, add the calibrated row after "
+                  "every duo budget row")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--duo-rank", args.duo_rank,
@@ -123,10 +124,6 @@ int run_verify(const VerifyArgs& args) {
   if (!args.retrieval_file.empty() && !args.sweep && args.duo_calibrate == 0) {
     throw input_error("--retrieval", args.retrieval_file,
                       "applies to --sweep and --duo-calibrate (verify without them runs no retrieval items)");
-  }
-  if (args.sweep && args.duo_calibrate > 0) {
-    throw input_error("--duo-calibrate", "flags",
-                      "runs without --sweep: it prints a spec, which --sweep-specs then runs as a row");
   }
   if (args.sweep) {
     if (args.verify_each_step) throw input_error("--sweep", "flags", "--verify-each-step runs without --sweep");

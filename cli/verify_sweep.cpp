@@ -23,7 +23,10 @@
 //                  rounding on the text; the row carries the dynamic row's bytes too;
 //   xkv averaged   with --xkv-calibrate N, after every xkv budget row: XKV's averaged allocation
 //                  for that spec from N held-out windows after the evaluation ones
-//                  (cli/xkv_calibration.h), as a fixed `layers=` spec.
+//                  (cli/xkv_calibration.h), as a fixed `layers=` spec;
+//   duo calibrated with --duo-calibrate N, after every duo budget row: the same sinks and window
+//                  with the retrieval heads calibrated on N held-out retrieval items beyond the
+//                  evaluated ones (cli/duo_calibration.h, ranked by --duo-rank), as a `heads=` spec.
 // Every row reports its mean high and low tokens per head at the text prompts' last step.
 // JSON: format "kvcheck-sweep", version 1.
 #include <cmath>
@@ -35,6 +38,7 @@
 
 #include "cli/accuracy_run.h"
 #include "cli/commands.h"
+#include "cli/duo_calibration.h"
 #include "cli/engine_options.h"
 #include "cli/eval_files.h"
 #include "cli/json_file.h"
@@ -42,6 +46,7 @@
 #include "cli/xkv_calibration.h"
 #include "oracles/accuracy_metrics.h"
 #include "oracles/eval_data.h"
+#include "optimized/duo_policy.h"
 #include "optimized/engine.h"
 #include "optimized/leankv_policy.h"
 #include "optimized/xkv_policy.h"
@@ -56,6 +61,7 @@ struct Config {
   std::string spec;
   std::int64_t budget = 0;  // 0: none
   bool xkv_budget_row = false;  // an xkv spec at a budget: --xkv-calibrate adds its averaged row
+  bool duo_budget_row = false;  // a duo spec at a budget: --duo-calibrate adds its calibrated row
 };
 
 }  // namespace
@@ -85,12 +91,24 @@ int run_verify_sweep(const VerifyArgs& args) {
                           "budget {} exceeds --prompt-tokens {}: the sampled requests cannot take its total", b,
                           args.prompt_tokens);
       }
-      configs.push_back({spec, b, xkv});
+      configs.push_back({spec, b, xkv, duo_params_of(*make_policy(spec)).has_value()});
     }
   }
   for (const std::string& spec : args.sweep_specs) {
     make_policy(spec);  // InputError naming a bad spec before anything runs
     configs.push_back({spec, 0});
+  }
+
+  // The duo calibrations first: quick, and their InputErrors (no tokenizer, too few items) come
+  // before any row runs.
+  std::map<std::string, DuoCalibration> duo_calibrations;
+  if (args.duo_calibrate > 0) {
+    const DuoRank rank = duo_rank(args.duo_rank);
+    for (const Config& config : configs) {
+      if (config.duo_budget_row) {
+        duo_calibrations.emplace(config.spec, calibrate_duo(model, dir, args, config.spec, args.duo_calibrate, rank));
+      }
+    }
   }
 
   AccuracyInputs inputs = prepare_accuracy_inputs(model, dir, args);
@@ -101,10 +119,11 @@ int run_verify_sweep(const VerifyArgs& args) {
   const std::string& origin = inputs.origin;
   const std::int64_t P = args.prompt_tokens;
 
-  std::size_t derived = 0;  // leankv-static and xkv averaged rows
+  std::size_t derived = 0;  // leankv-static, xkv averaged and duo calibrated rows
   for (const Config& config : configs) {
     const std::optional<LeanKvParams> lean = leankv_params_of(*make_policy(config.spec));
-    derived += (lean && !lean->is_static() ? 1 : 0) + (config.xkv_budget_row && args.xkv_calibrate > 0 ? 1 : 0);
+    derived += (lean && !lean->is_static() ? 1 : 0) + (config.xkv_budget_row && args.xkv_calibrate > 0 ? 1 : 0) +
+               static_cast<std::size_t>(duo_calibrations.count(config.spec));
   }
   fmt::print("verify --sweep: {} configurations (+ {} derived); {} prompts x ({} + {}) tokens of {}; {} retrieval "
              "items\n",
@@ -140,6 +159,14 @@ int run_verify_sweep(const VerifyArgs& args) {
       const AccuracyRow av = measure(cal.spec);
       emit(av, cal.spec, config.budget,
            {{"averaged_from", cal.from_spec}, {"calibration_prompts", cal.sources.size()}, {"layers", cal.layers}});
+    }
+    if (const auto cal = duo_calibrations.find(config.spec); cal != duo_calibrations.end()) {
+      const AccuracyRow calibrated = measure(cal->second.spec);
+      emit(calibrated, cal->second.spec, config.budget,
+           {{"calibrated_from", cal->second.from_spec},
+            {"calibration_items", cal->second.items.size()},
+            {"rank", args.duo_rank},
+            {"heads", cal->second.heads}});
     }
   }
   const double ref_ppl = perplexity(ref.nll, ref.predicted);

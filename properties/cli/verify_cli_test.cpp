@@ -295,6 +295,31 @@ TEST(VerifyCli, DuoCalibrationPrintsTheHeadsWithTheMostFarAttention) {
   }
 }
 
+// With --duo-calibrate the sweep follows each duo budget row with its calibrated row: the same
+// sinks and window and ceil(0.25 x 8) = 2 retrieval heads, so the same bytes on the text: in both
+// rows two heads hold the whole 64-token context and six hold 4 + 36 (0.719 of full-fp16).
+TEST(VerifyCli, SweepAddsDuoCalibratedRows) {
+  TempDir dir;
+  const auto out = dir / "sweep.json";
+  const auto run = run_kvcheck("verify --sweep --sweep-policies duo --sweep-budgets 40 --prompts 2 --prompt-tokens 48 "
+                               "--max-new-tokens 16 --sweep-retrieval 6 --duo-calibrate 3 --duo-rank output-error "
+                               "--json " + testing::shell_quote(out));
+  ASSERT_EQ(run.code, 0) << run.output;
+  const json j = read_json_file(out);
+  ASSERT_EQ(j["rows"].size(), 2u);
+  const json& uncalibrated = j["rows"][0];
+  const json& calibrated = j["rows"][1];
+  EXPECT_EQ(uncalibrated["policy"], "duo:retrieval=0.25,sinks=4,recent=36");
+  EXPECT_EQ(calibrated["calibrated_from"], uncalibrated["policy"]);
+  EXPECT_EQ(calibrated["calibration_items"], 3);
+  EXPECT_EQ(calibrated["rank"], "output-error");
+  const auto heads = calibrated["heads"].get<std::vector<std::int64_t>>();
+  ASSERT_EQ(heads.size(), 2u);
+  EXPECT_EQ(calibrated["policy"], fmt::format("duo:sinks=4,recent=36,heads={}/{}", heads[0], heads[1]));
+  EXPECT_EQ(calibrated["kv_bytes_vs_fp16"], uncalibrated["kv_bytes_vs_fp16"]);
+  EXPECT_NEAR(calibrated["kv_bytes_vs_fp16"].get<double>(), (2 * 64 + 6 * 40) / (8 * 64.0), 1e-9);
+}
+
 // The derived sweep rows: each dynamic leankv row is followed by a static one holding its mean
 // tokens per head (so the same bytes up to rounding), and each xkv budget row by its averaged
 // allocation, which holds the same tokens per head as the per-request row.
