@@ -65,7 +65,7 @@ struct VerifyArgs {
   std::int64_t sweep_retrieval = 60;
   std::int64_t xkv_calibrate = 0;  // XKV's averaged allocation from this many sampled prompts (0: off)
   std::int64_t duo_calibrate = 0;  // DuoAttention's retrieval heads from this many held-out retrieval items (0: off)
-  std::string duo_rank = "far-mass";  // --duo-calibrate's statistic: far-mass or output-error
+  std::string duo_rank = "output-error";  // --duo-calibrate's statistic: output-error or far-mass
   std::string json;
 };
 void add_verify(CLI::App& app, VerifyArgs& args);

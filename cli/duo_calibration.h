@@ -13,7 +13,7 @@
 // and values the runner computed), averaged over the query group: how far streaming would move
 // the head's output, the quantity DuoAttention's gates are trained to keep small. Each statistic
 // is a mean over those queries of every item; the ceil(retrieval * heads) heads with the largest
-// of the one --duo-rank names (ties: the lower number) retrieve. Far mass (the default) ranks how
+// of the one --duo-rank names (ties: the lower number) retrieve. Output error is the default; far mass ranks how
 // broadly a head attends; output error whether what it attends to far away changes its output.
 #pragma once
 

@@ -100,15 +100,15 @@ void add_verify(CLI::App& app, VerifyArgs& args) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--duo-calibrate", args.duo_calibrate,
                   "DuoAttention's retrieval heads: run N held-out retrieval items (beyond the --sweep-retrieval the "
-                  "sweep evaluates) exactly, rank the kv heads by the attention their answer queries put outside the "
-                  "duo --policy's sinks and recent window (e.g. duo:retrieval=0.25,sinks=4,recent=60), print the "
+                  "sweep evaluates) exactly, rank the kv heads by --duo-rank at the queries that predict an answer "
+                  "(outside the duo --policy's sinks and recent window, e.g. duo:retrieval=0.25,sinks=4,recent=60), print the "
                   "ranking and the calibrated spec (duo:...,heads=...); with --sweep, add the calibrated row after "
                   "every duo budget row")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--duo-rank", args.duo_rank,
-                  "--duo-calibrate's statistic: far-mass (the attention outside the window) or output-error (how "
-                  "far keeping only the window moves the head's attention output)")
+                  "--duo-calibrate's statistic: output-error (how far keeping only the sinks and window moves the "
+                  "head's attention output) or far-mass (the attention outside them)")
       ->capture_default_str();
   cmd->add_option("--json", args.json, "Write the summary and per-prompt results as JSON");
 }

@@ -249,7 +249,7 @@ TEST(VerifyCli, XkvCalibrationPrintsAnAveragedSpecThatRuns) {
 TEST(VerifyCli, DuoCalibrationPrintsTheHeadsWithTheMostFarAttention) {
   TempDir dir;
   const auto out = dir / "calibration.json";
-  const auto run = run_kvcheck("verify --duo-calibrate 4 --policy duo:retrieval=0.3,sinks=2,recent=16 "
+  const auto run = run_kvcheck("verify --duo-calibrate 4 --duo-rank far-mass --policy duo:retrieval=0.3,sinks=2,recent=16 "
                                "--sweep-retrieval 12 --json " + testing::shell_quote(out));
   ASSERT_EQ(run.code, 0) << run.output;
   const json j = read_json_file(out);
@@ -275,8 +275,9 @@ TEST(VerifyCli, DuoCalibrationPrintsTheHeadsWithTheMostFarAttention) {
   const auto check = run_kvcheck("verify --verify-each-step --policy " + spec + " --prompts 2 --prompt-tokens 48 "
                                  "--max-new-tokens 8");
   EXPECT_EQ(check.code, 0) << check.output;
-  // Ranked by output error instead: the same items and statistics, the heads of largest output error.
-  const auto by_error = run_kvcheck("verify --duo-calibrate 4 --duo-rank output-error --policy "
+  EXPECT_EQ(j["rank"], "far-mass");
+  // Ranked by output error (the default): the same items and statistics, the heads of largest output error.
+  const auto by_error = run_kvcheck("verify --duo-calibrate 4 --policy "
                                     "duo:retrieval=0.3,sinks=2,recent=16 --sweep-retrieval 12 --json " +
                                     testing::shell_quote(out));
   ASSERT_EQ(by_error.code, 0) << by_error.output;
