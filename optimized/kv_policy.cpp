@@ -42,6 +42,14 @@ std::vector<PromptSelection> KvPolicy::select_prompt_all(std::int64_t prompt_len
   return out;
 }
 
+std::vector<std::size_t> KvPolicy::select_pages(std::span<const float>, std::int64_t, std::int64_t head_dim,
+                                                std::span<const float> key_min, std::span<const float>,
+                                                std::size_t) const {
+  std::vector<std::size_t> all(key_min.size() / static_cast<std::size_t>(head_dim));
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+  return all;
+}
+
 StepDecision KvPolicy::decide_step(std::int32_t layer, std::span<const LiveToken> live,
                                    std::int32_t new_position) const {
   return {select_victim(layer, live, new_position), std::nullopt};

@@ -143,6 +143,23 @@ class KvPolicy {
   // every head of a layer at once; a no-op without a rotation).
   virtual void rotate(RotatedPart part, std::span<float> rows, std::int64_t head_dim) const;
 
+  // --- query-aware page selection (the defaults: every page read, no page metadata) ---
+  // Bytes the policy keeps beside each page of a head (Quest: the fp16 per-channel min and max
+  // of the page's keys), counted in the bytes held and, for every page, in the bytes a decode
+  // step reads (the bounds are read to choose).
+  virtual std::int64_t page_metadata_bytes(std::int64_t /*head_dim*/) const { return 0; }
+  // The pages a decode step of a head reads besides the one being written (Quest's K), or 0: every
+  // page. Whether a decode step reads only the pages select_pages chooses.
+  virtual std::int64_t selected_pages() const { return 0; }
+  bool selects_pages() const { return selected_pages() > 0; }
+  // The pages a decode step of one kv head reads, ascending indices into its pages in walk
+  // order, from its group's queries q [group][head_dim] and each page's per-channel key min and
+  // max ([pages][head_dim] each); `written` is the page the step's token went to. The default:
+  // every page.
+  virtual std::vector<std::size_t> select_pages(std::span<const float> q, std::int64_t group, std::int64_t head_dim,
+                                                std::span<const float> key_min, std::span<const float> key_max,
+                                                std::size_t written) const;
+
   // --- FP8 scales (the defaults: the prompt's amax, as every policy without FP8 ignores) ---
   virtual Fp8Scale fp8_scale() const { return Fp8Scale::kPrompt; }
   // kCalibrated: the scale of keys (part 0) or values (part 1) of a head.

@@ -25,6 +25,23 @@ void head_norm(Backend& backend, std::vector<float>& x, std::int64_t rows, std::
   x.swap(scratch);
 }
 
+// A page-selecting policy (Quest): each page's key range, the policy's choice from the group's
+// queries q [group][d], and `pages` cut to the chosen ones (walk order kept). A policy that never
+// drops a token appends, so the page being written is the last one.
+void select_read_pages(const KvPolicy& policy, std::span<const TierRead> tiers, std::int64_t d, std::int64_t group,
+                       std::span<const float> q, std::vector<PageRead>& pages, std::vector<std::size_t>& chosen) {
+  const auto n = static_cast<std::size_t>(d);
+  std::vector<float> key_min(pages.size() * n), key_max(key_min.size());
+  for (std::size_t p = 0; p < pages.size(); ++p) {
+    page_key_range(tiers[static_cast<std::size_t>(pages[p].tier)], pages[p], d,
+                   std::span<float>(key_min).subspan(p * n, n), std::span<float>(key_max).subspan(p * n, n));
+  }
+  chosen = policy.select_pages(q, group, d, key_min, key_max, pages.size() - 1);
+  std::vector<PageRead> read;
+  for (std::size_t p : chosen) read.push_back(pages.at(p));
+  pages.swap(read);
+}
+
 }  // namespace
 
 ModelRunner::ModelRunner(const EngineWeights& weights, Backend& backend, PagedKvCache& cache)
@@ -240,6 +257,7 @@ std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, s
       v(k.size()), attn(q.size()), o(x.size()), normed, trace_q;
   std::vector<std::vector<PageRead>> pages(static_cast<std::size_t>(B * kvh));
   std::vector<DecodeHeadInput> heads(static_cast<std::size_t>(B * kvh));
+  std::vector<std::vector<std::size_t>> pages_read(policy.selects_pages() ? heads.size() : 0);
   std::vector<DecodeHeadOutput> outs(heads.size());
   const bool want_probs = policy.accumulates_scores() || (trace_ && trace_->on_decode_head);
   std::vector<std::vector<float>> probs(want_probs ? heads.size() : 0);
@@ -279,6 +297,11 @@ std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, s
       for (std::int32_t h = 0; h < kvh; ++h) {
         const std::size_t i = static_cast<std::size_t>(b * kvh + h);
         cache_.head_pages(requests[static_cast<std::size_t>(b)], l, h, pages[i]);
+        if (policy.selects_pages()) {
+          const std::size_t qa = static_cast<std::size_t>(b * c.q_dim() + h * group * d);
+          select_read_pages(policy, cache_.tiers(), d, group, std::span<const float>(q).subspan(qa, static_cast<std::size_t>(group * d)),
+                            pages[i], pages_read[i]);
+        }
         DecodeHeadInput& in = heads[i];
         in.head_dim = d;
         in.group = group;
@@ -315,7 +338,8 @@ std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, s
             const std::size_t qa = static_cast<std::size_t>(b * c.q_dim() + h * group * d);
             trace_->on_decode_head(DecodeHeadTrace{request, l, h, positions[static_cast<std::size_t>(b)],
                                                    std::span<const float>(trace_q).subspan(qa, static_cast<std::size_t>(group * d)),
-                                                   outs[i].out, slot_max});
+                                                   outs[i].out, slot_max,
+                                                   pages_read.empty() ? std::span<const std::size_t>{} : pages_read[i]});
           }
           if (policy.accumulates_scores()) cache_.add_scores(request, l, h, slot_max);
         }

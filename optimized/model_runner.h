@@ -32,7 +32,10 @@ struct DecodeHeadTrace {
   std::int32_t layer = 0, kv_head = 0, position = 0;  // position: the token this step adds
   std::span<const float> q;          // [group][head_dim], post-RoPE (before a rotating policy's rotation)
   std::span<const float> out;        // [group][head_dim], the attention output (rotated back)
-  std::span<const float> slot_probs; // per slot of the head's pages in walk order: max over the group
+  std::span<const float> slot_probs; // per slot of the pages read in walk order: max over the group
+  // A page-selecting policy (Quest): the pages the step read, ascending indices into the head's
+  // pages in walk order; empty: every page.
+  std::span<const std::size_t> pages_read;
 };
 struct RunnerTrace {
   // Keys and values [tokens][kv_dim] (post-RoPE, before a rotating policy's rotation) of `tokens`

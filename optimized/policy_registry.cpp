@@ -16,6 +16,7 @@
 #include "optimized/fp8_policy.h"
 #include "optimized/kivi_policy.h"
 #include "optimized/leankv_policy.h"
+#include "optimized/quest_policy.h"
 #include "optimized/spvllm_policy.h"
 #include "optimized/uniform_policy.h"
 #include "optimized/xkv_policy.h"
@@ -46,6 +47,7 @@ const std::vector<PolicyEntry>& registry() {
       kivi_policy_entry(4),
       minikv_policy_entry(),
       leankv_policy_entry(),
+      quest_policy_entry(),
   };
   return entries;
 }

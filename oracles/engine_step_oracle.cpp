@@ -10,6 +10,7 @@
 #include "kernels/cpu/hadamard_rotate.h"
 #include "oracles/hadamard_ref.h"
 #include "oracles/held_rows_ref.h"
+#include "oracles/page_selection_ref.h"
 
 namespace kvcheck {
 
@@ -124,6 +125,12 @@ void EngineStepOracle::on_decode_head(const DecodeHeadTrace& s) {
   } else {
     held_rows_ref(spec, keys, values, tokens, held_keys, held_values);
   }
+  // A page-selecting policy (Quest): the choice checked on every page, then the output held to
+  // exactly the read pages' tokens (the others count as pruned, with their exact mass).
+  std::string selection_violation;
+  if (policy.selects_pages()) {
+    selection_violation = check_selected_pages(s, slots, order, held, held_keys, held_values);
+  }
   DecodeStepInputs in;
   in.group = c.group_size();
   in.head_dim = d;
@@ -144,6 +151,13 @@ void EngineStepOracle::on_decode_head(const DecodeHeadTrace& s) {
   delta_max_ = std::max(delta_max_, r.delta);
   if (r.full_bound > 0) bound_use_max_ = std::max(bound_use_max_, r.full_error / r.full_bound);
   if (observe_) observe_(EngineStepHead{s, live, slots, r});
+  if (!selection_violation.empty()) {
+    ++selection_violations_;
+    if (static_cast<std::int64_t>(reports_.size()) < max_reports_) {
+      reports_.push_back(fmt::format("oracle violation: {}, position {}, layer {}, kv head {}: page selection: {}", label_,
+                                     s.position, s.layer, s.kv_head, selection_violation));
+    }
+  }
   if (r.ok()) return;
   held_violations_ += r.held_violated ? 1 : 0;
   full_violations_ += r.full_violated ? 1 : 0;
@@ -153,11 +167,52 @@ void EngineStepOracle::on_decode_head(const DecodeHeadTrace& s) {
   }
 }
 
+std::string EngineStepOracle::check_selected_pages(const DecodeHeadTrace& s, std::span<const SlotRef> slots,
+                                                   std::span<const std::size_t> order, std::vector<std::int32_t>& held,
+                                                   std::vector<float>& held_keys, std::vector<float>& held_values) const {
+  const ModelConfig& c = engine_.weights.config;
+  const auto d = static_cast<std::size_t>(c.head_dim);
+  const PageTable& table = engine_.cache->manager().table(s.request, s.layer, s.kv_head);
+  const std::int64_t high_pages = table.count(kHighTier);
+  std::vector<std::size_t> page_of;
+  for (std::size_t i : order) {
+    page_of.push_back(static_cast<std::size_t>(slots[i].page_index + (slots[i].tier == kHighTier ? 0 : high_pages)));
+  }
+  PageSelectionInputs in;
+  in.group = c.group_size();
+  in.head_dim = c.head_dim;
+  in.q = s.q;
+  in.keys = held_keys;
+  in.page_of = page_of;
+  in.pages = high_pages + table.count(kLowTier);
+  in.read = s.pages_read;
+  in.written = static_cast<std::size_t>(in.pages - 1);
+  in.k = engine_.cache->policy().selected_pages();
+  std::string violation = check_page_selection(in);
+  // Only the read pages' tokens are held for this step's output.
+  std::vector<std::int32_t> read_positions;
+  std::vector<float> read_keys, read_values;
+  for (std::size_t j = 0; j < held.size(); ++j) {
+    if (!std::binary_search(s.pages_read.begin(), s.pages_read.end(), page_of[j])) continue;
+    read_positions.push_back(held[j]);
+    read_keys.insert(read_keys.end(), held_keys.begin() + static_cast<std::ptrdiff_t>(j * d),
+                     held_keys.begin() + static_cast<std::ptrdiff_t>((j + 1) * d));
+    read_values.insert(read_values.end(), held_values.begin() + static_cast<std::ptrdiff_t>(j * d),
+                       held_values.begin() + static_cast<std::ptrdiff_t>((j + 1) * d));
+  }
+  if (read_positions.empty()) return violation.empty() ? "no page read" : violation;
+  held.swap(read_positions);
+  held_keys.swap(read_keys);
+  held_values.swap(read_values);
+  return violation;
+}
+
 nlohmann::json EngineStepOracle::summary() const {
   return {{"oracle_checks", checks_},
-          {"oracle_violations", held_violations_ + full_violations_},
+          {"oracle_violations", held_violations_ + full_violations_ + selection_violations_},
           {"held_violations", held_violations_},
           {"bound_violations", full_violations_},
+          {"selection_violations", selection_violations_},
           {"held_error_max", held_error_max_},
           {"full_error_max", full_error_max_},
           {"bound_use_max", bound_use_max_},

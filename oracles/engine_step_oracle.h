@@ -54,7 +54,7 @@ class EngineStepOracle {
   void begin(std::string label);
 
   std::int64_t checks() const { return checks_; }
-  std::int64_t violations() const { return held_violations_ + full_violations_; }
+  std::int64_t violations() const { return held_violations_ + full_violations_ + selection_violations_; }
   // Printed lines, one per violation, up to max_reports.
   const std::vector<std::string>& reports() const { return reports_; }
   nlohmann::json summary() const;
@@ -63,6 +63,12 @@ class EngineStepOracle {
   void on_kv(std::int32_t layer, std::int32_t first, std::int64_t tokens, std::span<const float> keys,
              std::span<const float> values);
   void on_decode_head(const DecodeHeadTrace& step);
+
+  // A page-selecting policy's step (oracles/page_selection_ref.h): the bound on every page and the
+  // choice, then held and its rows cut to the read pages' tokens. The violation, or empty.
+  std::string check_selected_pages(const DecodeHeadTrace& s, std::span<const SlotRef> slots,
+                                   std::span<const std::size_t> order, std::vector<std::int32_t>& held,
+                                   std::vector<float>& held_keys, std::vector<float>& held_values) const;
 
   Engine& engine_;
   RunnerTrace trace_;
@@ -74,7 +80,7 @@ class EngineStepOracle {
   // (layer, kv head, position) of tokens moved from the high tier to the low one: the cache
   // re-quantizes them from their high codes, so the oracle applies both formats in turn.
   std::set<std::tuple<std::int32_t, std::int32_t, std::int32_t>> demoted_;
-  std::int64_t checks_ = 0, held_violations_ = 0, full_violations_ = 0;
+  std::int64_t checks_ = 0, held_violations_ = 0, full_violations_ = 0, selection_violations_ = 0;
   double held_error_max_ = 0.0, full_error_max_ = 0.0, pruned_mass_max_ = 0.0, delta_max_ = 0.0;
   double bound_use_max_ = 0.0;  // max over checks of full_error / full_bound
   std::vector<std::string> reports_;

@@ -14,6 +14,7 @@
 #include "optimized/duo_policy.h"
 #include "optimized/eviction_policies.h"
 #include "optimized/leankv_policy.h"
+#include "optimized/quest_policy.h"
 #include "properties/optimized/policy_step_table.h"
 
 namespace kvcheck::testing {
@@ -48,6 +49,13 @@ class PlantedBug : public KvPolicy {
   KvRotation rotation() const override { return inner_->rotation(); }
   void bind_engine(std::int64_t layers, std::int64_t kv_heads, std::int64_t head_dim, std::int64_t page_bytes) override {
     inner_->bind_engine(layers, kv_heads, head_dim, page_bytes);
+  }
+  std::int64_t selected_pages() const override { return inner_->selected_pages(); }
+  std::int64_t page_metadata_bytes(std::int64_t d) const override { return inner_->page_metadata_bytes(d); }
+  std::vector<std::size_t> select_pages(std::span<const float> q, std::int64_t group, std::int64_t d,
+                                        std::span<const float> key_min, std::span<const float> key_max,
+                                        std::size_t written) const override {
+    return inner_->select_pages(q, group, d, key_min, key_max, written);
   }
 
  protected:
@@ -277,6 +285,27 @@ class SwappedDuo final : public PlantedBug {
   }
 };
 
+// Quest ranking pages by Σ_c q_c·max_c alone (no min: wrong wherever a query channel is negative).
+class MaxOnlyQuest final : public PlantedBug {
+ public:
+  using PlantedBug::PlantedBug;
+  std::vector<std::size_t> select_pages(std::span<const float> q, std::int64_t group, std::int64_t d,
+                                        std::span<const float> key_min, std::span<const float> key_max,
+                                        std::size_t written) const override {
+    const auto n = static_cast<std::size_t>(d);
+    std::vector<float> bounds(key_max.size() / n, 0.0f);
+    for (std::size_t p = 0; p < bounds.size(); ++p) {
+      for (std::int64_t g = 0; g < group; ++g) {
+        float u = 0.0f;
+        for (std::size_t c = 0; c < n; ++c) u += q[static_cast<std::size_t>(g) * n + c] * key_max[p * n + c];
+        bounds[p] = g == 0 ? u : std::max(bounds[p], u);
+      }
+    }
+    (void)key_min;
+    return top_bound_pages(bounds, inner_->selected_pages(), written);
+  }
+};
+
 TEST(PolicyStepProps, PlantedBugsAreCaught) {
   struct Planted {
     const char* what;
@@ -357,6 +386,8 @@ TEST(PolicyStepProps, PlantedBugsAreCaught) {
       {"leankv:rotate=hadamard leaves the output in the rotated space",
        claim(LeanKvCase{.alpha_h = 1.0, .alpha_l = 0.6, .window = 3, .rotation = "rotate=hadamard"}, check_leankv),
        [](auto p) { return std::make_unique<OutputNotRotatedBack>(std::move(p)); }},
+      {"quest bounds a page by q·max alone", claim(UniformCase{"quest:pages=2"}, check_uniform),
+       [](auto p) { return std::make_unique<MaxOnlyQuest>(std::move(p)); }},
   };
   std::mt19937_64 rng(20261123);
   for (const Planted& bug : planted) {

@@ -614,6 +614,9 @@ const std::vector<PolicyRow>& policy_step_table() {
             return c;
           },
           check_static_leankv),
+      // Every token kept; the oracle checks the pages read (oracles/page_selection_ref.h).
+      row("quest", [] { return UniformCase{fmt::format("quest:pages={}", *rc::gen::inRange<std::int64_t>(1, 6))}; },
+          check_uniform),
   };
   return rows;
 }

@@ -21,7 +21,8 @@ namespace kvcheck::testing {
 // or appended to its spec. The per-step oracle checks a rotated policy in its rotated space.
 std::string draw_rotation();  // RapidCheck generators: inside a property
 
-// Every token kept at one tier (full-fp32, full-fp16, fp8, int8, int4, kv-bits, rotated or not).
+// Every token kept at one tier (full-fp32, full-fp16, fp8, int8, int4, kv-bits, rotated or not;
+// quest, which reads only some pages of them at each step).
 struct UniformCase {
   std::string name;  // the whole spec
   std::string spec() const { return name; }
