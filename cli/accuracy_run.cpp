@@ -105,6 +105,7 @@ AccuracyRow measure_accuracy(const ReferenceModel& model, const AccuracyInputs& 
   // Bytes and tokens held at each head's latest decode step.
   struct Held {
     double bytes = 0.0;
+    double read = 0.0;  // the bytes the step's attention read (a page-selecting policy: its pages)
     std::int64_t high = 0, low = 0;
   };
   std::map<std::pair<std::int32_t, std::int32_t>, Held> head_held;
@@ -116,18 +117,28 @@ AccuracyRow measure_accuracy(const ReferenceModel& model, const AccuracyInputs& 
     if (s.layer == 0 && s.kv_head == 0) fragmentation.push_back(engine->cache->manager().stats().internal_fragmentation);
     engine->cache->live_tokens(s.request, s.layer, s.kv_head, live, slots);
     Held h;
-    std::set<std::pair<int, std::int64_t>> pages;
+    std::set<std::pair<int, std::int64_t>> pages, all_pages;
+    const std::int64_t high_pages = engine->cache->manager().table(s.request, s.layer, s.kv_head).count(kHighTier);
     for (const SlotRef& r : slots) {
-      h.bytes += tier_bytes_per_token(engine->cache->tiers()[static_cast<std::size_t>(r.tier)].tier, c.head_dim);
+      const double token = tier_bytes_per_token(engine->cache->tiers()[static_cast<std::size_t>(r.tier)].tier, c.head_dim);
+      h.bytes += token;
+      const auto walk = static_cast<std::size_t>(r.page_index + (r.tier == kHighTier ? 0 : high_pages));
+      if (s.pages_read.empty() || std::binary_search(s.pages_read.begin(), s.pages_read.end(), walk)) h.read += token;
       ++(r.tier == 0 ? h.high : h.low);
       if (page_scales && r.tier == kLowTier) pages.insert({r.tier, r.page_index});
+      all_pages.insert({r.tier, r.page_index});
     }
     h.bytes += static_cast<double>(pages.size() * 2 * sizeof(float));
+    h.read += static_cast<double>(pages.size() * 2 * sizeof(float));  // (read only with their pages: every page)
+    // A page-selecting policy's metadata: held beside every page, and all of it read to choose.
+    const double metadata = static_cast<double>(all_pages.size()) * static_cast<double>(engine->policy->page_metadata_bytes(c.head_dim));
+    h.bytes += metadata;
+    h.read += metadata;
     head_held[{s.layer, s.kv_head}] = h;
   };
   engine->runner->set_trace(&trace);
   DistributionComparison dist;
-  double nll = 0.0, bytes_ratio_sum = 0.0, high_sum = 0.0, low_sum = 0.0;
+  double nll = 0.0, bytes_ratio_sum = 0.0, read_ratio_sum = 0.0, high_sum = 0.0, low_sum = 0.0;
   std::int64_t predicted = 0;
   const double heads = static_cast<double>(c.num_hidden_layers * c.num_key_value_heads);
   const auto layers = static_cast<std::size_t>(c.num_hidden_layers), kv_heads = static_cast<std::size_t>(c.num_key_value_heads);
@@ -159,9 +170,10 @@ AccuracyRow measure_accuracy(const ReferenceModel& model, const AccuracyInputs& 
     }
     // The last decode step added the last fed token: the context is the whole window.
     const double context = static_cast<double>(all.size());
-    double held = 0.0;
+    double held = 0.0, read = 0.0;
     for (const auto& [head, h] : head_held) {
       held += h.bytes;
+      read += h.read;
       high_sum += static_cast<double>(h.high) / heads;
       low_sum += static_cast<double>(h.low) / heads;
       const auto [l, k] = head;
@@ -169,6 +181,7 @@ AccuracyRow measure_accuracy(const ReferenceModel& model, const AccuracyInputs& 
       row.head_bytes_ratio[static_cast<std::size_t>(l)][static_cast<std::size_t>(k)] += h.bytes / (context * fp16_bytes_per_token);
     }
     bytes_ratio_sum += held / (context * heads * fp16_bytes_per_token);
+    read_ratio_sum += read / (context * heads * fp16_bytes_per_token);
     if (fragmentation.size() > row.fragmentation_by_step.size()) {
       row.fragmentation_by_step.resize(fragmentation.size(), 0.0);
       fragmentation_samples.resize(fragmentation.size(), 0);
@@ -198,6 +211,7 @@ AccuracyRow measure_accuracy(const ReferenceModel& model, const AccuracyInputs& 
   row.ppl = perplexity(nll, predicted);
   const double count = static_cast<double>(inputs.prompts.size());
   row.bytes_ratio = bytes_ratio_sum / count;
+  row.read_ratio = read_ratio_sum / count;
   row.high_per_head = high_sum / count;
   row.low_per_head = low_sum / count;
   for (double& t : row.layer_tokens) t /= count;
@@ -236,6 +250,7 @@ nlohmann::json accuracy_row_json(const AccuracyRow& row, const std::string& spec
           {"spec", spec},
           {"budget", budget == 0 ? nlohmann::json(nullptr) : nlohmann::json(budget)},
           {"kv_bytes_vs_fp16", row.bytes_ratio},
+          {"kv_bytes_read_vs_fp16", row.read_ratio},
           {"high_tokens_per_head", row.high_per_head},
           {"low_tokens_per_head", row.low_per_head},
           {"tokens_per_layer", row.layer_tokens},

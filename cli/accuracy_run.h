@@ -4,7 +4,9 @@
 //              fed one decode step at a time: KL(P_ref || P_engine) statistics, top-1 agreement,
 //              RMS Δp, and the engine's perplexity of the continuation;
 //   bytes      at each prompt's last decode step, the KV bytes the cache holds for it relative
-//              to full-fp16 holding the whole context;
+//              to full-fp16 holding the whole context, and the KV bytes that step's attention
+//              read (every held byte, except for a page-selecting policy: Quest reads its chosen
+//              pages and every page's key range);
 //   memory     where the bytes are: tokens held per layer and bytes per (layer, kv head) at the
 //              last step, and the pool's internal fragmentation at every decode step;
 //   retrieval  items of the retrieval set, greedy exact match, overall and per length and task;
@@ -67,6 +69,7 @@ TextReference compute_text_reference(const ReferenceModel& model, const Accuracy
 struct AccuracyRow {
   std::string name;  // the policy's name, every parameter spelled out
   double bytes_ratio = 0.0;
+  double read_ratio = 0.0;  // the KV bytes the last decode step's attention read, relative to the same
   double high_per_head = 0.0, low_per_head = 0.0;  // mean tokens per head at the last step
   // Means over the prompts, at each prompt's last decode step: tokens held per kv head of each
   // layer (the per-layer budgets XKV and PyramidKV choose), and each head's bytes relative to

@@ -30,7 +30,7 @@ namespace {
 // absent, the engine's cache is not seen) and the engine output's path, the kind of KL and k.
 nlohmann::json engine_row_json(const EngineRow& r, const std::string& path, double reference_ppl) {
   nlohmann::json j = report_row_json(r.row, "engine output " + path, 0, reference_ppl);
-  for (const char* key : {"kv_bytes_vs_fp16", "high_tokens_per_head", "low_tokens_per_head"}) j[key] = nullptr;
+  for (const char* key : {"kv_bytes_vs_fp16", "kv_bytes_read_vs_fp16", "high_tokens_per_head", "low_tokens_per_head"}) j[key] = nullptr;
   for (const char* key : {"tokens_per_layer", "bytes_vs_fp16_per_head", "fragmentation_by_step"}) j.erase(key);
   j.update({{"engine_output", path},
             {"kl_kind", r.topk ? "top-k lower bound" : "full"},

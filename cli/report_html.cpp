@@ -183,13 +183,15 @@ struct Axes {
   }
 };
 
-// A scatter plot of the rows: x = KV bytes vs fp16 (linear), y = metric (log10 when log_y).
+// A scatter plot of the rows: x = x_metric (KV bytes held, or read per decode step, vs fp16;
+// linear), y = metric (log10 when log_y).
 std::string scatter(const nlohmann::json& rows, const char* metric, const std::string& y_label, bool log_y,
-                    bool lower_is_better, FamilyColors& colors) {
+                    bool lower_is_better, FamilyColors& colors, const char* x_metric = "kv_bytes_vs_fp16",
+                    const std::string& x_label = "KV bytes relative to full-fp16") {
   std::vector<double> xs, ys;
   std::vector<std::size_t> idx;
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    const double x = num(rows[i], "kv_bytes_vs_fp16"), y = num(rows[i], metric);
+    const double x = num(rows[i], x_metric), y = num(rows[i], metric);
     if (!std::isfinite(x) || !std::isfinite(y) || (log_y && y <= 0.0)) continue;
     xs.push_back(x);
     ys.push_back(log_y ? std::log10(y) : y);
@@ -208,7 +210,7 @@ std::string scatter(const nlohmann::json& rows, const char* metric, const std::s
     a.y1 = round_up(a.y1, nice_step(a.y1, 5, false));
   }
   if (a.y1 <= a.y0) a.y1 = a.y0 + 1.0;
-  std::string s = a.open("KV bytes relative to full-fp16", y_label, false);
+  std::string s = a.open(x_label, y_label, false);
   // The Pareto front first, under the points.
   const std::vector<std::size_t> front = pareto_front(xs, ys, lower_is_better);
   std::string poly;
@@ -439,6 +441,9 @@ table.wide{font-size:11px}table.wide td{white-space:nowrap}table.wide td:first-c
   s += scatter(rows, "kl_mean", "KL mean (log10)", true, true, colors);
   s += "<h2>KV bytes against retrieval accuracy</h2><p class=\"note\">Greedy exact match on the retrieval items; the front: nothing holds fewer bytes at higher accuracy.</p>";
   s += scatter(rows, "retrieval_accuracy", "retrieval exact match", false, false, colors);
+  s += "<h2>KV bytes read per decode step against KL divergence</h2><p class=\"note\">The bytes the last decode step's attention read, relative to full-fp16 reading the whole context: the bytes held for every policy but Quest, which reads the pages it chooses and every page's key range. The front: nothing reads fewer bytes at lower KL.</p>";
+  s += scatter(rows, "kl_mean", "KL mean (log10)", true, true, colors, "kv_bytes_read_vs_fp16",
+               "KV bytes read per decode step relative to full-fp16");
   // Retrieval by length.
   std::vector<std::string> lengths;
   for (const nlohmann::json& r : rows) {

@@ -7,7 +7,9 @@
 //              perplexity of the continuation (the reference's alongside);
 //   bytes      at each prompt's last decode step, the KV bytes the cache holds for it (every
 //              live token of every head at its tier's bytes per token, metadata included),
-//              relative to full-fp16 holding the whole context;
+//              relative to full-fp16 holding the whole context; and the KV bytes that step's
+//              attention read (kv_bytes_read_vs_fp16: the held bytes, except under Quest, which
+//              reads its chosen pages and every page's key range);
 //   retrieval  --sweep-retrieval items of the retrieval set (spread over tasks and lengths),
 //              greedy exact match as kvcheck eval scores it, overall and per length bucket.
 // The held-out text and the retrieval items are --heldout and --retrieval (default: the

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <numeric>
 #include <utility>
 
@@ -151,14 +152,17 @@ TEST(VerifyCli, PerStepOracleHoldsForEveryRegisteredPolicy) {
   // The residual policies' defaults (n_r = 128) never flush in 32 steps: smaller residuals do,
   // several times, with groups of 16 and 32 and MiniKV's pyramid.
   for (const char* s : {"kivi2:residual=32", "kivi4:group=16,residual=16", "minikv:budget=40,residual=16",
-                        "minikv:budget=48,pyramid=4,residual=32", "fp8:scale=calibrated", "fp8:scale=page"}) {
+                        "minikv:budget=48,pyramid=4,residual=32", "fp8:scale=calibrated", "fp8:scale=page",
+                        "quest:pages=2"}) {
     specs.emplace_back(s);
   }
   int n = 0;
   for (const std::string& policy : specs) {
     const auto out = dir / (std::to_string(n++) + ".json");
-    // fp8:scale=page encodes a page once it is full: pages of 28 tokens fill several times.
-    const std::string pages = policy == "fp8:scale=page" ? " --page-bytes 2048" : "";
+    // fp8:scale=page encodes a page once it is full: pages of 28 tokens fill several times. Quest
+    // with 2 of them read of the context's 5 or more leaves pages out.
+    const bool small_pages = policy == "fp8:scale=page" || policy == "quest:pages=2";
+    const std::string pages = small_pages ? " --page-bytes 2048" : "";
     const auto run = run_kvcheck("verify --verify-each-step --policy " + testing::shell_quote(policy) + pages +
                                  " --prompts 3 --prompt-tokens 96 --max-new-tokens 32 --json " + testing::shell_quote(out));
     ASSERT_EQ(run.code, 0) << policy << "\n" << run.output;
@@ -167,12 +171,43 @@ TEST(VerifyCli, PerStepOracleHoldsForEveryRegisteredPolicy) {
     EXPECT_EQ(o["oracle_checks"], 3 * 32 * 4 * 2) << policy;  // prompts x steps x layers x kv heads
     EXPECT_EQ(o["oracle_violations"], 0) << policy;
     EXPECT_LE(o["bound_use_max"].get<double>(), 1.0) << policy;
-    if (make_policy(policy)->evicts()) {
+    if (make_policy(policy)->evicts() || policy == "quest:pages=2") {
       EXPECT_GT(o["pruned_mass_max"].get<double>(), 0.0) << policy << ": nothing was evicted, the test is vacuous";
     } else {
       EXPECT_LT(o["pruned_mass_max"].get<double>(), 1e-12) << policy;
     }
   }
+}
+
+// KV bytes read per decode step: every held byte for a policy that reads every page; Quest reads
+// fewer bytes than it holds while it leaves pages out (and fewer than full-fp16 holds), and
+// exactly what it holds once K covers every page.
+TEST(VerifyCli, SweepReportsKvBytesReadPerDecodeStep) {
+  TempDir dir;
+  const auto out = dir / "sweep.json";
+  const auto run = run_kvcheck("verify --sweep --sweep-policies full-fp16,h2o --sweep-budgets 40 "
+                               "--sweep-specs 'quest:pages=1;quest:pages=64' --page-bytes 2048 "
+                               "--prompts 2 --prompt-tokens 48 --max-new-tokens 32 --sweep-retrieval 0 --json " +
+                               testing::shell_quote(out));
+  ASSERT_EQ(run.code, 0) << run.output;
+  const json j = read_json_file(out);
+  std::map<std::string, json> rows;
+  for (const json& r : j["rows"]) rows[r["policy"].get<std::string>()] = r;
+  ASSERT_TRUE(rows.contains("full-fp16") && rows.contains("quest:pages=1") && rows.contains("quest:pages=64")) << j.dump();
+  EXPECT_EQ(rows["full-fp16"]["kv_bytes_read_vs_fp16"], 1.0);
+  for (const auto& [name, r] : rows) {
+    if (name.starts_with("quest")) continue;
+    EXPECT_EQ(r["kv_bytes_read_vs_fp16"], r["kv_bytes_vs_fp16"]) << name;
+  }
+  const json& few = rows["quest:pages=1"];
+  const json& all = rows["quest:pages=64"];
+  // Quest holds every token in fp16 and 2·d fp16 of key range per page: a little over full-fp16.
+  EXPECT_GT(few["kv_bytes_vs_fp16"].get<double>(), 1.0);
+  EXPECT_EQ(few["kv_bytes_vs_fp16"], all["kv_bytes_vs_fp16"]);
+  EXPECT_LT(few["kv_bytes_read_vs_fp16"].get<double>(), 0.5);
+  EXPECT_EQ(all["kv_bytes_read_vs_fp16"], all["kv_bytes_vs_fp16"]);
+  // Reading every page, Quest attends to what full-fp16 does: the same distributions.
+  EXPECT_NEAR(all["kl_mean"].get<double>(), rows["full-fp16"]["kl_mean"].get<double>(), 1e-9);
 }
 
 // A reduced sweep: the bytes column is exact for policies whose holdings are known, the exact
