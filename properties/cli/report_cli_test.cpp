@@ -131,7 +131,7 @@ TEST(ReportCli, QuickReportMatchesTheCommittedBaseline) {
   for (const std::string& name : policy_names()) want += policy_spec_at_budget(name, 1) ? 2 : 1;
   ASSERT_EQ(j.at("rows").size(), want);
   for (const json& row : j.at("rows")) {
-    for (const char* key : {"kv_bytes_vs_fp16", "kl_mean", "kl_stderr", "kl_p999", "kl_p99", "kl_p95", "kl_p90",
+    for (const char* key : {"kv_bytes_vs_fp16", "kv_bytes_read_vs_fp16", "kl_mean", "kl_stderr", "kl_p999", "kl_p99", "kl_p95", "kl_p90",
                             "kl_p50", "kl_max", "top1_agreement", "rms_delta_p", "perplexity_ratio", "wall_s"}) {
       ASSERT_TRUE(row.contains(key) && row.at(key).is_number()) << row.at("policy") << " " << key;
     }
@@ -149,9 +149,9 @@ TEST(ReportCli, QuickReportMatchesTheCommittedBaseline) {
   }
   std::size_t plots = 0;
   for (std::size_t at = html.find("<svg"); at != std::string::npos; at = html.find("<svg", at + 1)) ++plots;
-  EXPECT_EQ(plots, 4u) << "bytes vs KL, bytes vs retrieval, per-layer budgets, fragmentation over time";
+  EXPECT_EQ(plots, 5u) << "bytes vs KL, bytes vs retrieval, bytes read vs KL, per-layer budgets, fragmentation over time";
   EXPECT_NE(html.find("Pareto front"), std::string::npos);
-  for (const char* section : {"Per-layer budgets (XKV, PyramidKV)", "<title>pyramidkv budget 32</title>", "<title>xkv budget 64</title>",
+  for (const char* section : {"KV bytes read per decode step against KL divergence", "Per-layer budgets (XKV, PyramidKV)", "<title>pyramidkv budget 32</title>", "<title>xkv budget 64</title>",
                               "Reference attention structure", "share of the context holding 95% of the mass",
                               "Per-head memory (LeanKV, Ada-KV, DuoAttention)", "<h3><code>leankv:", "<h3><code>adakv:", "<h3><code>duo:", "Fragmentation over time", "<title>no-op</title>",
                               "<title>slot-reuse</title>"}) {
