@@ -72,7 +72,7 @@ PolicyEntry quest_policy_entry() {
   return {"quest",
           "every token kept in fp16, per-page key min/max; a decode step reads the K pages with the largest bound on "
           "q·k and the page being written (Quest)",
-          {{"pages", 4, 1, kMaxPolicyTokens, true, "K: pages a decode step reads besides the one being written"}},
+          {{"pages", 1, 1, kMaxPolicyTokens, true, "K: pages a decode step reads besides the one being written"}},
           [](const PolicyParams& p) { return std::make_unique<QuestPolicy>(p.integer("pages")); }};
 }
 
