@@ -186,7 +186,10 @@ std::string EngineStepOracle::check_selected_pages(const DecodeHeadTrace& s, std
   in.page_of = page_of;
   in.pages = high_pages + table.count(kLowTier);
   in.read = s.pages_read;
-  in.written = static_cast<std::size_t>(in.pages - 1);
+  // The page being written: the one holding the step's own token.
+  const auto self = std::find(held.begin(), held.end(), s.position);
+  if (self == held.end()) return fmt::format("the step's token (position {}) is not held", s.position);
+  in.written = page_of[static_cast<std::size_t>(self - held.begin())];
   in.k = engine_.cache->policy().selected_pages();
   std::string violation = check_page_selection(in);
   // Only the read pages' tokens are held for this step's output.
