@@ -1,9 +1,14 @@
-// Paged decode attention over unified pages, CPU twin. Three walks over the slots of one head:
-//   1. keys:   logits of every live slot for every query head of the group (scratch [group][slots])
-//   2. values: weights w = exp(l - max) in place, out_g += w_g v̂ (each value row decoded once for
-//              the whole group), Σ w per head
-//   3. normalise: out_g /= Σ w, probs = w / Σ w
+// Paged decode attention over unified pages, CPU twin. Two walks over the slots of one head:
+//   1. keys:   logits of every live slot for every query head of the group (scratch [group][slots]),
+//              each key row decoded straight into 8-float lanes and dotted with all the group's
+//              queries (kernels/cpu/paged_attention_walks.inc)
+//   2. values: weights w = exp(l - max) in place and Σ w per head, then out_g += w_g v̂ for a
+//              batch of slots at a time (each value row decoded once for the whole group)
+//   then normalise: out_g /= Σ w, probs = w / Σ w.
 // Dead slots are skipped by their live bit before any byte of them is read: they hold NaN poison.
+// The walks are compiled twice (baseline x86-64, and AVX2 + F16C chosen at run time) with the same
+// operations lane for lane, and give the bits of the scalar decoders below, which the walks keep
+// for rows that are not whole lanes (properties/kernels/paged_attention_isa_props.cpp).
 #include "kernels/cpu/paged_attention.h"
 
 #include <algorithm>
@@ -11,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -20,6 +26,14 @@
 #include "kernels/quant_math.h"
 #include "kernels/cpu/row_ops.h"
 #include "reference/errors.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define KVCHECK_DECODE_HAS_AVX2 1
+#include <immintrin.h>
+#endif
+
+// Lanes values only cross always-inline functions, so the AVX argument-passing ABI note is moot.
+#pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace kvcheck {
 namespace {
@@ -98,13 +112,15 @@ std::int64_t page_tokens(const DecodeHeadInput& in, std::size_t page) {
   return in.tiers[static_cast<std::size_t>(tier)].layout.tokens;
 }
 
-bool slot_live(std::span<const std::uint64_t> live, std::int64_t slot) {
-  return ((live[static_cast<std::size_t>(slot / kMaskBits)] >> (slot % kMaskBits)) & 1U) != 0;
-}
 
 std::int64_t live_slots(std::span<const std::uint64_t> live, std::int64_t tokens) {
   std::int64_t n = 0;
-  for (std::int64_t s = 0; s < tokens; ++s) n += slot_live(live, s) ? 1 : 0;
+  for (std::int64_t w = 0; w * kMaskBits < tokens; ++w) {
+    std::uint64_t bits = live[static_cast<std::size_t>(w)];
+    const std::int64_t left = tokens - w * kMaskBits;
+    if (left < kMaskBits) bits &= (std::uint64_t{1} << left) - 1U;
+    n += std::popcount(bits);
+  }
   return n;
 }
 
@@ -301,109 +317,100 @@ void dequantize_row(const KvFormat& f, const std::uint8_t* page, const PageSegme
 }
 
 // ---------------------------------------------------------------------------------------------
-// Float arithmetic of the walks.
+// The walks' scratch and the two ISA builds of them.
 
-using row_ops::axpy;
-using row_ops::dot;
-
-// Per-call scratch, allocated once: no allocation per slot.
+// Per-call scratch, one per thread, reused: no allocation per slot, none per call once grown.
 struct Scratch {
-  std::vector<float> logits;  // [group][slots]: logits, then weights exp(l - max); 0 at dead slots
-  std::vector<float> x;       // [head_dim]: the decoded row of the slot at hand
-  std::vector<float> q_sums;  // [group]: Σ_c q_gc, the zero's coefficient in the fused INT dot
-  std::vector<float> maxima;  // [group]
-  std::vector<float> sums;    // [group]: Σ weights
+  std::vector<float> logits;         // [group][slots]: logits, then weights exp(l - max); 0 at dead slots
+  std::vector<float> x;              // [head_dim]: a row decoded by the scalar decoders
+  std::vector<float> rows;           // [kBatch][head_dim]: the value rows of a batch of slots
+  std::vector<float> batch_weights;  // [group][kBatch]: their weights
+  std::vector<float> qk;             // [group]: one key row's dot with each query head
+  std::vector<float> q_sums;         // [group]: Σ_c q_gc, the zero's coefficient in the fused INT dot
+  std::vector<float> maxima;         // [group]
+  std::vector<float> sums;           // [group]: Σ weights
+  std::vector<float> meta_scales;    // [head_dim]: the slot's group scales, or a KIVI unit's channel scales
+  std::vector<float> meta_zeros;     // [head_dim]: the same for the zeros
+  std::int64_t meta_unit = -1;       // the KIVI unit (slot / G) whose channel metadata is loaded
+  std::vector<std::int32_t> live;    // [tokens of the largest page]: a page's live slots, in order
+  std::int64_t live_count = 0;
+  std::vector<float> live_scales;    // [live][head_dim / group or 1]: their value metadata
+  std::vector<float> live_zeros;
 };
 
-Scratch make_scratch(const DecodeHeadInput& in, std::int64_t slots) {
+constexpr std::int64_t kScratchBatch = 4;  // the walks' kBatch
+
+Scratch& make_scratch(const DecodeHeadInput& in, std::int64_t slots) {
+  thread_local Scratch s;
   const auto g = static_cast<std::size_t>(in.group);
   const auto d = static_cast<std::size_t>(in.head_dim);
-  Scratch s;
   s.logits.assign(g * static_cast<std::size_t>(slots), 0.0f);
   s.x.assign(d, 0.0f);
+  s.rows.assign(static_cast<std::size_t>(kScratchBatch) * d, 0.0f);
+  s.batch_weights.assign(g * static_cast<std::size_t>(kScratchBatch), 0.0f);
+  s.qk.assign(g, 0.0f);
   s.q_sums.assign(g, 0.0f);
   s.maxima.assign(g, -std::numeric_limits<float>::infinity());
   s.sums.assign(g, 0.0f);
+  s.meta_scales.assign(d, 0.0f);
+  s.meta_zeros.assign(d, 0.0f);
+  s.meta_unit = -1;
+  std::size_t tokens = 0;
+  for (const TierRead& t : in.tiers) tokens = std::max(tokens, static_cast<std::size_t>(t.layout.tokens));
+  s.live.resize(tokens);
+  s.live_scales.resize(tokens * d);
+  s.live_zeros.resize(tokens * d);
   for (std::size_t k = 0; k < g; ++k) {
     for (std::size_t c = 0; c < d; ++c) s.q_sums[k] += in.q[k * d + c];
   }
   return s;
 }
 
-// Walk 1 for one slot whose decoded key (or INT codes) is in s.x: logits of every query head.
-void slot_logits(const DecodeHeadInput& in, Scratch& s, std::int64_t slots, std::int64_t j, bool quantized,
-                 const TokenMeta& meta) {
-  const std::int64_t d = in.head_dim;
-  for (std::int64_t g = 0; g < in.group; ++g) {
-    const float qk = dot(in.q.data() + g * d, s.x.data(), d);
-    // Fused dequantize-dot: Σ q_c (s code_c + z) = s Σ q_c code_c + z Σ q_c.
-    const float raw = quantized ? meta.scale * qk + meta.zero * s.q_sums[static_cast<std::size_t>(g)] : qk;
-    const float logit = raw * in.scale;
-    s.logits[static_cast<std::size_t>(g * slots + j)] = logit;
-    float& m = s.maxima[static_cast<std::size_t>(g)];
-    if (logit > m) m = logit;
-  }
-}
+// How the vector walks dequantize a row: nothing (fp32, fp16, and per-token INT keys, whose
+// metadata enters the fused dot), the page's FP8 scale, or INT metadata per token, per token
+// group of channels, or per channel of a KIVI unit of slots.
+enum class Meta { kNone, kPageScale, kToken, kTokenGroup, kChannel };
+struct RowMeta {
+  float scale = 1.0f, zero = 0.0f;  // kPageScale (scale), kToken
+  const float* scales = nullptr;    // kTokenGroup: [head_dim / group] of the slot; kChannel: [head_dim]
+  const float* zeros = nullptr;
+  std::int64_t group = 1;           // kTokenGroup: channels per group
+};
 
-// Walk 2 for one slot whose decoded value is in s.x: weights and accumulation.
-void slot_accumulate(const DecodeHeadInput& in, Scratch& s, std::int64_t slots, std::int64_t j, float* out) {
-  const std::int64_t d = in.head_dim;
-  for (std::int64_t g = 0; g < in.group; ++g) {
-    float& l = s.logits[static_cast<std::size_t>(g * slots + j)];
-    l = std::exp(l - s.maxima[static_cast<std::size_t>(g)]);
-    s.sums[static_cast<std::size_t>(g)] += l;
-    axpy(l, s.x.data(), out + g * d, d);
-  }
-}
+// Eight floats; on a baseline x86-64 target GCC lowers each operation to two SSE instructions,
+// under target("avx2") to one. Lane l only ever meets lane l, so both give the same bits.
+typedef float Lanes __attribute__((vector_size(32)));
+typedef std::uint32_t U32Lanes __attribute__((vector_size(32)));
+typedef std::int32_t I32Lanes __attribute__((vector_size(32)));
+typedef std::uint16_t U16Lanes __attribute__((vector_size(16)));
+typedef std::uint8_t U8Lanes __attribute__((vector_size(8)));
 
-void dead_slot(const DecodeHeadInput& in, Scratch& s, std::int64_t slots, std::int64_t j) {
-  for (std::int64_t g = 0; g < in.group; ++g) s.logits[static_cast<std::size_t>(g * slots + j)] = 0.0f;
-}
+#define KVCHECK_ALWAYS_INLINE inline __attribute__((always_inline))
 
-void key_walk(const DecodeHeadInput& in, Scratch& s, std::int64_t slots) {
-  std::int64_t j = 0;  // walk-order index of the page's slot 0
-  for (const PageRead& page : in.pages) {
-    const TierRead& t = in.tiers[static_cast<std::size_t>(page.tier)];
-    const auto* bytes = reinterpret_cast<const std::uint8_t*>(page.bytes);
-    const bool quantized = fused_key(t.tier.key);
-    const std::int64_t n = t.layout.tokens;
-    for (std::int64_t slot = 0; slot < n; ++slot) {
-      if (!slot_live(page.live, slot)) continue;  // poison: never read
-      decode_key_row(t.tier.key, t.key_tiling, bytes + t.layout.key_codes.offset, n, slot, s.x.data());
-      if (!quantized) dequantize_row(t.tier.key, bytes, t.layout.key_meta, slot, in.head_dim, s.x.data());
-      const TokenMeta meta = quantized ? read_meta(bytes, t.layout.key_meta, slot) : TokenMeta{};
-      slot_logits(in, s, slots, j + slot, quantized, meta);
-    }
-    j += n;
-  }
-  for (std::int64_t r = 0; r < in.residual_tokens; ++r) {
-    decode_f16_row(in.residual_keys.data() + r * in.head_dim, in.head_dim, s.x.data());
-    slot_logits(in, s, slots, j + r, false, TokenMeta{});
-  }
-}
+// The walks twice: their templates must be compiled under the target they run on (an
+// always-inline F16C intrinsic cannot be inlined into a function without F16C).
+namespace portable {
+#include "kernels/cpu/paged_attention_walks.inc"
+}  // namespace portable
 
-void value_walk(const DecodeHeadInput& in, Scratch& s, std::int64_t slots, float* out) {
-  std::int64_t j = 0;
-  for (const PageRead& page : in.pages) {
-    const TierRead& t = in.tiers[static_cast<std::size_t>(page.tier)];
-    const auto* bytes = reinterpret_cast<const std::uint8_t*>(page.bytes);
-    const std::int64_t n = t.layout.tokens;
-    for (std::int64_t slot = 0; slot < n; ++slot) {
-      if (!slot_live(page.live, slot)) {
-        dead_slot(in, s, slots, j + slot);
-        continue;
-      }
-      decode_value_row(t.tier.value, t.value_tiling, bytes + t.layout.value_codes.offset, n, slot, s.x.data());
-      dequantize_row(t.tier.value, bytes, t.layout.value_meta, slot, in.head_dim, s.x.data());
-      slot_accumulate(in, s, slots, j + slot, out);
-    }
-    j += n;
-  }
-  for (std::int64_t r = 0; r < in.residual_tokens; ++r) {
-    decode_f16_row(in.residual_values.data() + r * in.head_dim, in.head_dim, s.x.data());
-    slot_accumulate(in, s, slots, j + r, out);
-  }
-}
+#if defined(KVCHECK_DECODE_HAS_AVX2)
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,f16c"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,f16c")
+#endif
+namespace avx2 {
+#define KVCHECK_DECODE_AVX2 1
+#include "kernels/cpu/paged_attention_walks.inc"
+#undef KVCHECK_DECODE_AVX2
+}  // namespace avx2
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#endif
 
 }  // namespace
 
@@ -454,12 +461,22 @@ std::int64_t decode_slots(const DecodeHeadInput& in) {
 
 std::int64_t check_decode_head(const DecodeHeadInput& in, const DecodeHeadOutput& out) { return validate(in, out); }
 
-void paged_decode_attention(const DecodeHeadInput& in, const DecodeHeadOutput& out) {
+LinearIsa paged_decode_isa() { return linear_rows_isa(); }
+
+void paged_decode_attention(const DecodeHeadInput& in, const DecodeHeadOutput& out, LinearIsa isa) {
   const std::int64_t slots = validate(in, out);
-  Scratch s = make_scratch(in, slots);
-  key_walk(in, s, slots);
+  if (!linear_isa_available(isa)) {
+    throw std::invalid_argument(std::string("paged_decode_attention: ISA ") + linear_isa_name(isa) +
+                                " is not available on this CPU");
+  }
+  Scratch& s = make_scratch(in, slots);
   std::fill(out.out.begin(), out.out.end(), 0.0f);
-  value_walk(in, s, slots, out.out.data());
+#if defined(KVCHECK_DECODE_HAS_AVX2)
+  if (isa == LinearIsa::kAvx2) avx2::walks(in, s, slots, out.out.data());
+  else portable::walks(in, s, slots, out.out.data());
+#else
+  portable::walks(in, s, slots, out.out.data());
+#endif
   const std::int64_t d = in.head_dim;
   for (std::int64_t g = 0; g < in.group; ++g) {
     const float sum = s.sums[static_cast<std::size_t>(g)];  // >= 1: the maximum's own weight is 1
@@ -470,6 +487,10 @@ void paged_decode_attention(const DecodeHeadInput& in, const DecodeHeadOutput& o
       out.probs[at] = s.logits[at] / sum;
     }
   }
+}
+
+void paged_decode_attention(const DecodeHeadInput& in, const DecodeHeadOutput& out) {
+  paged_decode_attention(in, out, paged_decode_isa());
 }
 
 }  // namespace kvcheck

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <span>
 
+#include "kernels/cpu/dense_ops.h"  // LinearIsa
 #include "kernels/cpu/kv_bytes.h"
 
 namespace kvcheck {
@@ -68,7 +69,20 @@ struct DecodeHeadOutput {
 // for INT values, exactly kernels/cpu/quantize.h's dequantize; fl(e4m3(code)·scale) for FP8). Float accumulation; the oracle is
 // oracles/retained_attention.h (double, over the dequantized live tokens).
 // InputError (naming the field) for bad sizes, an unsupported format, or no live token at all.
+//
+// Vectorized (kernels/cpu/paged_attention_walks.inc): each key row is decoded straight into
+// 8-float lanes (F16C for fp16, E4M3 by shifting its bits into a float and one exact product,
+// shifts and masks for packed INT codes)
+// and dotted with every query head of the group; the value walk accumulates a batch of slots per
+// output lane. Every element still takes the operations written above, and every sum its order
+// (row_ops::dot's eight lane sums for the logits, slots in walk order for Σ w and out), without
+// FMA: the portable and AVX2 builds give the same bits as each other and as a scalar restatement
+// (properties/kernels/paged_attention_isa_props.cpp), so results do not depend on the CPU.
 void paged_decode_attention(const DecodeHeadInput& in, const DecodeHeadOutput& out);
+// The same with a chosen ISA (tests compare the two); std::invalid_argument if unavailable.
+void paged_decode_attention(const DecodeHeadInput& in, const DecodeHeadOutput& out, LinearIsa isa);
+// The ISA paged_decode_attention uses on this CPU (AVX2 + F16C where the CPU has both).
+LinearIsa paged_decode_isa();
 
 // Quest's page metadata: the per-channel minimum and maximum of the live keys of one page (fp32
 // or fp16 keys, read as the kernel reads them), into key_min / key_max [head_dim]; false (and

@@ -122,16 +122,27 @@ DecodeHeadInput DecodeCase::input() const {
   return in;
 }
 
-DecodeCase draw_decode_case(std::int64_t max_head_dim, std::int64_t max_group) {
-  const std::vector<KvTier> catalogue = decode_tier_catalogue();
+DecodeCase draw_decode_case(std::int64_t max_head_dim, std::int64_t max_group,
+                            std::span<const std::int64_t> head_dims) {
   std::vector<std::int64_t> dims, groups;
   for (std::int64_t d : {8, 16, 32, 64, 128, 256}) {
     if (d <= max_head_dim) dims.push_back(d);
   }
+  if (!head_dims.empty()) dims.assign(head_dims.begin(), head_dims.end());
   for (std::int64_t g : {1, 2, 4, 8, 16}) {
     if (g <= max_group) groups.push_back(g);
   }
   const std::int64_t d = *rc::gen::elementOf(dims);
+  std::vector<KvTier> catalogue;
+  for (const KvTier& t : decode_tier_catalogue()) {
+    try {
+      format_bytes(t.key, d);
+      format_bytes(t.value, d);
+      catalogue.push_back(t);
+    } catch (const InputError&) {
+      // not a format of this head size
+    }
+  }
   const std::int64_t group = *rc::gen::elementOf(groups);
   const int high = *rc::gen::inRange(0, static_cast<int>(catalogue.size()));
   bool two_tiers = *rc::gen::arbitrary<bool>();

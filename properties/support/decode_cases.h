@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -43,8 +44,12 @@ struct DecodeCase {
 
 // The tiers the cases draw from, most bytes per token first.
 std::vector<KvTier> decode_tier_catalogue();
-// Draws a case (rc::gen); max_head_dim and max_group bound the shapes.
-DecodeCase draw_decode_case(std::int64_t max_head_dim = 128, std::int64_t max_group = 8);
+// Draws a case (rc::gen); max_head_dim and max_group bound the shapes. head_dims, when given,
+// replaces the default head sizes (8 .. 256, powers of two), and the tiers are then drawn from
+// those of the catalogue that store that head size (a per-token-group format needs a multiple of
+// its group, INT2 a multiple of 4).
+DecodeCase draw_decode_case(std::int64_t max_head_dim = 128, std::int64_t max_group = 8,
+                            std::span<const std::int64_t> head_dims = {});
 
 // Float tolerance of a kernel against the double oracle, per query head g (derivation in
 // decode_cases.cpp): |p̂ - p| <= prob_rel p + kProbUnderflow, |out̂ - out| <= out.
