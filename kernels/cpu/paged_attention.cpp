@@ -336,6 +336,8 @@ struct Scratch {
   std::int64_t live_count = 0;
   std::vector<float> live_scales;    // [live][head_dim / group or 1]: their value metadata
   std::vector<float> live_zeros;
+  const std::uint8_t* ahead = nullptr;  // the next page's segments the walk will read, to prefetch
+  std::int64_t ahead_bytes = 0;
 };
 
 constexpr std::int64_t kScratchBatch = 4;  // the walks' kBatch
@@ -380,6 +382,7 @@ struct RowMeta {
 // Eight floats; on a baseline x86-64 target GCC lowers each operation to two SSE instructions,
 // under target("avx2") to one. Lane l only ever meets lane l, so both give the same bits.
 typedef float Lanes __attribute__((vector_size(32)));
+typedef float Lanes4 __attribute__((vector_size(16)));
 typedef std::uint32_t U32Lanes __attribute__((vector_size(32)));
 typedef std::int32_t I32Lanes __attribute__((vector_size(32)));
 typedef std::uint16_t U16Lanes __attribute__((vector_size(16)));
