@@ -2,8 +2,9 @@
 //   1. keys:   logits of every live slot for every query head of the group (scratch [group][slots]),
 //              each key row decoded straight into 8-float lanes and dotted with all the group's
 //              queries (kernels/cpu/paged_attention_walks.inc)
-//   2. values: weights w = exp(l - max) in place and Σ w per head, then out_g += w_g v̂ for a
-//              batch of slots at a time (each value row decoded once for the whole group)
+//   2. values: weights w = exp(l - max) in place and Σ w per head, then out_g += w_g v̂ one unit
+//              group of the value tiles at a time across a page's live slots, the output lanes of
+//              four heads in registers (each value element decoded once for the whole group)
 //   then normalise: out_g /= Σ w, probs = w / Σ w.
 // Dead slots are skipped by their live bit before any byte of them is read: they hold NaN poison.
 // The walks are compiled twice (baseline x86-64, and AVX2 + F16C chosen at run time) with the same
@@ -319,6 +320,9 @@ void dequantize_row(const KvFormat& f, const std::uint8_t* page, const PageSegme
 // ---------------------------------------------------------------------------------------------
 // The walks' scratch and the two ISA builds of them.
 
+// Rows the value walk decodes before adding them in, where it cannot walk unit groups.
+constexpr std::int64_t kBatch = 4;
+
 // Per-call scratch, one per thread, reused: no allocation per slot, none per call once grown.
 struct Scratch {
   std::vector<float> logits;         // [group][slots]: logits, then weights exp(l - max); 0 at dead slots
@@ -340,7 +344,6 @@ struct Scratch {
   std::int64_t ahead_bytes = 0;
 };
 
-constexpr std::int64_t kScratchBatch = 4;  // the walks' kBatch
 
 Scratch& make_scratch(const DecodeHeadInput& in, std::int64_t slots) {
   thread_local Scratch s;
@@ -348,8 +351,8 @@ Scratch& make_scratch(const DecodeHeadInput& in, std::int64_t slots) {
   const auto d = static_cast<std::size_t>(in.head_dim);
   s.logits.assign(g * static_cast<std::size_t>(slots), 0.0f);
   s.x.assign(d, 0.0f);
-  s.rows.assign(static_cast<std::size_t>(kScratchBatch) * d, 0.0f);
-  s.batch_weights.assign(g * static_cast<std::size_t>(kScratchBatch), 0.0f);
+  s.rows.assign(static_cast<std::size_t>(kBatch) * d, 0.0f);
+  s.batch_weights.assign(g * static_cast<std::size_t>(kBatch), 0.0f);
   s.qk.assign(g, 0.0f);
   s.q_sums.assign(g, 0.0f);
   s.maxima.assign(g, -std::numeric_limits<float>::infinity());
