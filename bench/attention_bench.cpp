@@ -323,10 +323,11 @@ class DecodeSummary : public benchmark::ConsoleReporter {
     const auto fp16 = seconds_.find("fp16");
     if (fp16 == seconds_.end()) return;
     const double fp16_bytes = decode_bytes()["fp16"];
-    std::printf("\nDecode attention, %lld heads x %lld tokens (head_dim %lld, group %lld); copy bandwidth %.2f GB/s, "
-                "Eigen GEMM %.1f GFLOP/s:\n",
+    std::printf("\nDecode attention, %lld heads x %lld tokens (head_dim %lld, group %lld, %s build); copy bandwidth "
+                "%.2f GB/s, Eigen GEMM %.1f GFLOP/s:\n",
                 static_cast<long long>(kHeads), static_cast<long long>(kContext), static_cast<long long>(kHeadDim),
-                static_cast<long long>(kGroup), copy_bandwidth_bytes_per_s() * 1e-9, eigen_gemm_flops_per_s() * 1e-9);
+                static_cast<long long>(kGroup), linear_isa_name(paged_decode_isa()), copy_bandwidth_bytes_per_s() * 1e-9,
+                eigen_gemm_flops_per_s() * 1e-9);
     std::printf("  %-20s %10s %10s %10s %12s %12s\n", "tiers", "GB/s", "vs copy", "bytes/fp16", "speedup/fp16",
                 "of byte gain");
     for (const auto& [name, seconds] : seconds_) {
