@@ -178,20 +178,9 @@ std::int64_t validate(const DecodeHeadInput& in, const DecodeHeadOutput& out) {
 // copy of the row first. A storage unit is one fp32 / fp16 element, or one byte of 8 / b INT
 // codes.
 
-// quant::f16_to_float with a bit mask in place of its branch (the same two formulas, so the same
-// bits for every input): the loops below vectorise, which a per-element branch prevents.
-inline float f16_to_float_select(std::uint16_t h) {
-  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000U) << 16;
-  const std::uint32_t em = h & 0x7FFFU;
-  const std::uint32_t finite = std::bit_cast<std::uint32_t>(std::bit_cast<float>(em << 13) * 0x1.0p112f);
-  const std::uint32_t special = 0x7F800000U | ((em & 0x03FFU) << 13);  // inf, NaN
-  const std::uint32_t is_special = 0U - static_cast<std::uint32_t>(em >= 0x7C00U);  // all ones or zero
-  return std::bit_cast<float>(sign | (special & is_special) | (finite & ~is_special));
-}
+using row_ops::f16_to_float_select;
 
-void decode_f16_row(const std::uint16_t* row, std::int64_t d, float* x) {
-  for (std::int64_t c = 0; c < d; ++c) x[c] = f16_to_float_select(row[c]);
-}
+void decode_f16_row(const std::uint16_t* row, std::int64_t d, float* x) { row_ops::f16_row_to_float(row, d, x); }
 
 // `units` storage units, unit i at src + i * stride bytes, into floats: the fp32 / fp16 values,
 // or for INT the codes themselves (0 .. 2^b - 1, exact in float), little end first

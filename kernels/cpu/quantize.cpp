@@ -4,13 +4,19 @@
 #include "kernels/cpu/quantize.h"
 
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
 #include <fmt/format.h>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "kernels/cpu/bitpack.h"
 #include "kernels/quant_errors.h"
+#include "kernels/cpu/row_ops.h"
 #include "kernels/quant_math.h"
 #include "reference/errors.h"
 
@@ -43,7 +49,7 @@ struct Stats {
   bool ok;
 };
 
-Stats stats(const float* x, std::int64_t n) {
+Stats stats_scalar(const float* x, std::int64_t n) {
   float mn = x[0], mx = x[0], poison = 0.0f;  // poison: x * 0 is NaN for NaN and ±Inf
   for (std::int64_t i = 0; i < n; ++i) {
     mn = quant::min_f(mn, x[i]);
@@ -51,6 +57,49 @@ Stats stats(const float* x, std::int64_t n) {
     poison += x[i] * 0.0f;
   }
   return {mn, mx, poison == 0.0f && mn >= -quant::kF16Max};
+}
+
+// stats_scalar eight lanes at a time (SSE, part of the x86-64 baseline): the same result. The
+// minimum and maximum of a set are what they are in any order, except which of -0 and +0 wins a
+// tie (min_f keeps the first), so a zero extreme is recomputed in order; the poison sum is 0 or
+// NaN in any order. minps(a, b) is a < b ? a : b and maxps(a, b) is a > b ? a : b, min_f's and
+// max_f's selects. Without the lanes, each element waits on the previous one's min, max and add.
+Stats stats(const float* x, std::int64_t n) {
+#if defined(__x86_64__)
+  if (n < 16) return stats_scalar(x, n);
+  __m128 mn0 = _mm_loadu_ps(x), mn1 = _mm_loadu_ps(x + 4);
+  __m128 mx0 = mn0, mx1 = mn1;
+  const __m128 zero = _mm_setzero_ps();
+  __m128 p0 = _mm_mul_ps(mn0, zero), p1 = _mm_mul_ps(mn1, zero);
+  std::int64_t i = 8;
+  for (; i + 8 <= n; i += 8) {
+    const __m128 v0 = _mm_loadu_ps(x + i), v1 = _mm_loadu_ps(x + i + 4);
+    mn0 = _mm_min_ps(v0, mn0);
+    mn1 = _mm_min_ps(v1, mn1);
+    mx0 = _mm_max_ps(v0, mx0);
+    mx1 = _mm_max_ps(v1, mx1);
+    p0 = _mm_add_ps(p0, _mm_mul_ps(v0, zero));
+    p1 = _mm_add_ps(p1, _mm_mul_ps(v1, zero));
+  }
+  // Halve in registers down to lane 0.
+  __m128 mn = _mm_min_ps(mn0, mn1), mx = _mm_max_ps(mx0, mx1), p = _mm_add_ps(p0, p1);
+  mn = _mm_min_ps(mn, _mm_movehl_ps(mn, mn));
+  mx = _mm_max_ps(mx, _mm_movehl_ps(mx, mx));
+  p = _mm_add_ps(p, _mm_movehl_ps(p, p));
+  mn = _mm_min_ss(mn, _mm_shuffle_ps(mn, mn, 1));
+  mx = _mm_max_ss(mx, _mm_shuffle_ps(mx, mx, 1));
+  p = _mm_add_ss(p, _mm_shuffle_ps(p, p, 1));
+  float lo = _mm_cvtss_f32(mn), hi = _mm_cvtss_f32(mx), poison = _mm_cvtss_f32(p);
+  for (; i < n; ++i) {
+    lo = quant::min_f(lo, x[i]);
+    hi = quant::max_f(hi, x[i]);
+    poison += x[i] * 0.0f;
+  }
+  if (lo == 0.0f || hi == 0.0f) return stats_scalar(x, n);
+  return {lo, hi, poison == 0.0f && lo >= -quant::kF16Max};
+#else
+  return stats_scalar(x, n);
+#endif
 }
 
 // Rows [row0, row0 + rows) of the input as float: the input itself, or converted from fp16.
@@ -62,8 +111,7 @@ const float* float_rows(std::span<const float> x, std::int64_t row0, std::int64_
 const float* float_rows(std::span<const std::uint16_t> x, std::int64_t row0, std::int64_t rows, std::int64_t d,
                         std::vector<float>& buffer) {
   buffer.resize(static_cast<std::size_t>(rows * d));
-  const std::uint16_t* src = x.data() + row0 * d;
-  for (std::size_t i = 0; i < buffer.size(); ++i) buffer[i] = f16_to_float(src[i]);
+  row_ops::f16_row_to_float(x.data() + row0 * d, rows * d, buffer.data());
   return buffer.data();
 }
 
@@ -97,19 +145,25 @@ void quantize_any(const QuantSpec& spec, std::span<const In> x, std::int64_t tok
 
   if (spec.granularity == Granularity::kPerChannel) {
     const std::int64_t G = spec.group;
-    std::vector<float> mn(static_cast<std::size_t>(d)), mx(mn.size()), zero(mn.size()), inv(mn.size());
+    std::vector<float> mn(static_cast<std::size_t>(d)), mx(mn.size()), zero(mn.size()), inv(mn.size()),
+        poisons(mn.size());
     for (std::int64_t g0 = 0; g0 < tokens; g0 += G) {
       const float* rows = float_rows(x, g0, G, d, buffer);
-      float poison = 0.0f;
-      for (std::int64_t c = 0; c < d; ++c) mn[c] = mx[c] = rows[c];
+      // poison per channel (0 or NaN, whatever the order): the loop over channels has no chain.
+      for (std::int64_t c = 0; c < d; ++c) {
+        mn[c] = mx[c] = rows[c];
+        poisons[c] = 0.0f;
+      }
       for (std::int64_t t = 0; t < G; ++t) {
         const float* r = rows + t * d;
         for (std::int64_t c = 0; c < d; ++c) {
           mn[c] = quant::min_f(mn[c], r[c]);
           mx[c] = quant::max_f(mx[c], r[c]);
-          poison += r[c] * 0.0f;
+          poisons[c] += r[c] * 0.0f;
         }
       }
+      float poison = 0.0f;
+      for (std::int64_t c = 0; c < d; ++c) poison += poisons[c];
       const std::int64_t meta0 = g0 / G * d;
       for (std::int64_t c = 0; c < d; ++c) {
         if (!(poison == 0.0f && mn[c] >= -quant::kF16Max)) report_bad_values(rows, g0, G, d, spec, at);

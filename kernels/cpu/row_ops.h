@@ -3,9 +3,26 @@
 // -ffp-contract=off and no fast-math), so a row's result never depends on its neighbours.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 
 namespace kvcheck::row_ops {
+
+// quant::f16_to_float with a bit mask in place of its branch (the same two formulas, so the same
+// bits for every input): loops over it vectorise, which a per-element branch prevents.
+inline float f16_to_float_select(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000U) << 16;
+  const std::uint32_t em = h & 0x7FFFU;
+  const std::uint32_t finite = std::bit_cast<std::uint32_t>(std::bit_cast<float>(em << 13) * 0x1.0p112f);
+  const std::uint32_t special = 0x7F800000U | ((em & 0x03FFU) << 13);  // inf, NaN
+  const std::uint32_t is_special = 0U - static_cast<std::uint32_t>(em >= 0x7C00U);  // all ones or zero
+  return std::bit_cast<float>(sign | (special & is_special) | (finite & ~is_special));
+}
+
+// x[i] = quant::f16_to_float(h[i]), i < n.
+inline void f16_row_to_float(const std::uint16_t* h, std::int64_t n, float* x) {
+  for (std::int64_t i = 0; i < n; ++i) x[i] = f16_to_float_select(h[i]);
+}
 
 // Eight independent partial sums: the compiler can keep them in one vector register without
 // reassociating anything, and the result is deterministic.
