@@ -424,7 +424,7 @@ bool page_key_range(const TierRead& tier, const PageRead& page, std::int64_t hea
   std::vector<float> x(static_cast<std::size_t>(head_dim));
   bool any = false;
   for (std::int64_t slot = 0; slot < n; ++slot) {
-    if (!slot_live(page.live, slot)) continue;
+    if (((page.live[static_cast<std::size_t>(slot / kMaskBits)] >> (slot % kMaskBits)) & 1U) == 0) continue;
     decode_key_row(tier.tier.key, tier.key_tiling, bytes + tier.layout.key_codes.offset, n, slot, x.data());
     for (std::int64_t c = 0; c < head_dim; ++c) {
       const auto i = static_cast<std::size_t>(c);
