@@ -29,6 +29,22 @@ Percentiles percentiles(std::vector<double> v) {
   return p;
 }
 
+MeanSd mean_sd(std::span<const double> v) {
+  MeanSd m;
+  if (v.empty()) return m;
+  const auto n = static_cast<double>(v.size());
+  m.mean = std::accumulate(v.begin(), v.end(), 0.0) / n;
+  if (v.size() < 2) return m;
+  double ss = 0.0;
+  for (double x : v) ss += (x - m.mean) * (x - m.mean);
+  m.sd = std::sqrt(ss / (n - 1.0));
+  return m;
+}
+
+DecodeStepWork mean_decode_step_work(const ModelConfig& c, const ServingResult& r) {
+  return decode_step_work(c, r.weight_bytes, r.mean_batch_size, r.mean_kv_slots, r.mean_kv_bytes);
+}
+
 ServingResult run_serving(const ReferenceModel& model, const ServingRunConfig& config,
                           std::span<const ServingRequest> requests,
                           const std::function<void(std::int64_t, std::int64_t)>& progress) {
@@ -53,6 +69,8 @@ ServingResult run_serving(const ReferenceModel& model, const ServingRunConfig& c
   out.policy = config.policy;
   out.pool_pages = cache.pool_pages();
   out.page_bytes = config.page_bytes;
+  out.threads = engine->backend->threads();
+  out.weight_bytes = decode_weight_bytes(engine->weights);
 
   // Requests in arrival order (stable: equal arrivals keep the file's order).
   std::vector<const ServingRequest*> order;
@@ -78,6 +96,8 @@ ServingResult run_serving(const ReferenceModel& model, const ServingRunConfig& c
 
   const std::int64_t tpp = cache.manager().pool().tokens_per_page(0);
   std::vector<double> fragmentation;
+  double kv_slots_sum = 0.0, kv_bytes_sum = 0.0;
+  std::int64_t kv_samples = 0;
   std::size_t next = 0;
   for (;;) {
     const double t = now();
@@ -92,13 +112,21 @@ ServingResult run_serving(const ReferenceModel& model, const ServingRunConfig& c
       skipped += order[next]->arrival_s - t;  // idle until the next arrival: jump there
       continue;
     }
+    const std::int64_t decode_steps = s.stats().decode_steps;
     s.step();
+    const bool decoded = s.stats().decode_steps > decode_steps;
     if (s.running() > 0) {
       std::int64_t allocated_bytes = 0, allocated_slots = 0, live_slots = 0;
       const PageManagerStats st = cache.manager().stats();
       for (const TierStats& tier : st.tiers) {
         live_slots += tier.live_slots;
         allocated_slots += tier.allocated_slots;
+      }
+      if (decoded) {
+        const StoredKv kv = stored_kv(cache);
+        kv_slots_sum += kv.slots;
+        kv_bytes_sum += kv.bytes;
+        ++kv_samples;
       }
       if (config.contiguous) {
         allocated_bytes = s.reserved_pages() * config.page_bytes;
@@ -136,6 +164,7 @@ ServingResult run_serving(const ReferenceModel& model, const ServingRunConfig& c
     }
     if (g.stop_reason == "error") {
       ++out.requests_failed;
+      if (g.admitted_step < 0) ++out.requests_refused;
       if (out.errors.size() < 5) out.errors.push_back(g.error);
       continue;
     }
@@ -151,6 +180,10 @@ ServingResult run_serving(const ReferenceModel& model, const ServingRunConfig& c
   out.output_tokens_per_s = last_token > 0.0 ? static_cast<double>(out.output_tokens) / last_token : 0.0;
   out.requests_per_s = last_token > 0.0 ? static_cast<double>(out.requests_completed) / last_token : 0.0;
   out.fragmentation = percentiles(std::move(fragmentation));
+  if (kv_samples > 0) {
+    out.mean_kv_slots = kv_slots_sum / static_cast<double>(kv_samples);
+    out.mean_kv_bytes = kv_bytes_sum / static_cast<double>(kv_samples);
+  }
   out.preemptions_recompute = st.preemptions_recompute;
   out.preemptions_swap = st.preemptions_swap;
   out.recomputed_tokens = st.recomputed_tokens;

@@ -15,10 +15,14 @@
 // when the pages of its whole maximum length (its prompt plus its output cap, at most
 // max_position_embeddings: the scheduler's reserve_tokens) fit beside the others' reservations, as
 // a cache allocated contiguously per request would; a request whose reservation exceeds the whole
-// pool fails with that reason (counted in requests_failed, never run).
+// pool fails with that reason at submission (counted in requests_refused and requests_failed,
+// never run).
 // Sampled after every step with a request running:
 //   KV bytes       pages in use (contiguous: reserved) x page_bytes; the peak is reported;
 //   fragmentation  1 - live slots / allocated slots (contiguous: slots of the reserved pages).
+// Sampled after every decode step, for the roofline (bench/step_roofline.h): the stored slots
+// (all requests, layers and kv heads) and their bytes (each tier's live slots x its bytes per
+// slot), averaged over the decode steps.
 //
 // Every submitted request ends in exactly one result; the result carries the submitted and
 // completed counts, the tokens asked for and generated, and the first errors, so a caller can
@@ -32,6 +36,7 @@
 #include <vector>
 
 #include "bench/serving_workload.h"
+#include "bench/step_roofline.h"
 #include "optimized/scheduler.h"
 #include "reference/model.h"
 
@@ -40,7 +45,7 @@ namespace kvcheck {
 struct ServingRunConfig {
   std::string label;         // the row's name: "contiguous", "paged-fp16" or the policy spec
   std::string policy;        // the engine's policy spec
-  bool contiguous = false;   // reserve max_position_embeddings tokens per request at admission
+  bool contiguous = false;   // reserve each request's prompt + output cap at admission
   std::int64_t kv_budget_bytes = 0;
   std::int64_t page_bytes = 0;
   std::int64_t max_batch = 256;
@@ -56,9 +61,16 @@ struct Percentiles {
 // Nearest-rank percentiles and the mean of `values` (all zero when empty).
 Percentiles percentiles(std::vector<double> values);
 
+struct MeanSd {
+  double mean = 0.0, sd = 0.0;  // sd: the sample standard deviation (n - 1), 0 for one value
+};
+// Of `values` (all zero when empty).
+MeanSd mean_sd(std::span<const double> values);
+
 struct ServingResult {
   std::string label, policy;
   std::int64_t requests_submitted = 0, requests_completed = 0, requests_failed = 0;
+  std::int64_t requests_refused = 0;  // of the failed: refused at submission, never admitted
   std::int64_t tokens_requested = 0, output_tokens = 0;  // asked for by every request, and generated
   std::vector<std::string> errors;                      // the first failed requests' errors
   double makespan_s = 0.0, skipped_idle_s = 0.0, wall_s = 0.0;
@@ -69,7 +81,16 @@ struct ServingResult {
   Percentiles fragmentation;     // over steps
   std::int64_t preemptions_recompute = 0, preemptions_swap = 0, recomputed_tokens = 0, swapped_bytes = 0;
   Percentiles ttft_s, tpot_s, itl_s;
+  int threads = 1;                     // the engine's CPU threads
+  std::int64_t weight_bytes = 0;       // decode_weight_bytes of the engine's weights
+  double mean_kv_slots = 0.0, mean_kv_bytes = 0.0;  // per decode step
+  // Throughput over every submitted request: false when any failed or was refused (the rates
+  // then cover only the rest, and are not compared).
+  bool all_completed() const { return requests_failed == 0 && requests_completed == requests_submitted; }
 };
+
+// The mean decode step of `r` (its mean batch over its mean stored KV) for the roofline.
+DecodeStepWork mean_decode_step_work(const ModelConfig& c, const ServingResult& r);
 
 // Runs `requests` (prompts filled) through a fresh engine built for `config`. InputError for a
 // policy or device the engine does not know, or a budget below one page.

@@ -108,9 +108,15 @@ void add_bench(CLI::App& app, BenchArgs& args) {
                   "--workload: policies after the contiguous and paged-fp16 baselines (comma-separated specs)")
       ->capture_default_str();
   cmd->add_option("--kv-budget", args.kv_budget,
-                  "--workload: KV memory in bytes (0: about 8 requests at full context in full fp16)")
+                  "--workload: KV memory in bytes (0: --kv-budget-requests of the workload's longest request "
+                  "in full fp16)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--kv-budget-requests", args.kv_budget_requests,
+                  "--workload without --kv-budget: the budget holds this many of the workload's longest "
+                  "requests (prompt + output) in full fp16")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--page-bytes", args.page_bytes, "--workload: page size (0: 16 tokens of a full-fp16 head)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
@@ -126,7 +132,7 @@ void add_bench(CLI::App& app, BenchArgs& args) {
   cmd->add_option("--device", args.device, "--workload: cpu or cuda")->capture_default_str();
   cmd->add_flag("--dummy-weights", args.dummy_weights,
                 "--workload: seeded random weights of --shape instead of a checkpoint (vLLM's dummy format)");
-  cmd->add_option("--shape", args.shape, "--dummy-weights: llama3-8b, qwen2.5-7b, llama2-7b or kvcheck-tiny");
+  cmd->add_option("--shape", args.shape, "--dummy-weights: qwen2.5-0.5b, qwen3-0.6b, llama3.2-1b, llama3-8b, qwen2.5-7b, llama2-7b or kvcheck-tiny");
   cmd->add_option("--dummy-layers", args.dummy_layers, "--dummy-weights: keep only N layers (0: all)")
       ->capture_default_str();
   cmd->add_flag("--fragmentation", args.fragmentation,
@@ -144,6 +150,9 @@ void add_bench(CLI::App& app, BenchArgs& args) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--batch", args.batch, "--engine: requests decoded together")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--repeat", args.repeat, "--engine: runs of each configuration (mean +- standard deviation)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--threads", args.threads, "--engine, --workload: CPU threads (0: every core)")->capture_default_str();

@@ -1,26 +1,36 @@
 // kvcheck bench --workload NAME | --workload-file FILE: the end-to-end serving benchmark
 // (bench/serving_run.h says what is timed and measured). One workload, one KV budget, and in the
 // same run: the contiguous max-length baseline, paged full fp16, then each policy of --policies.
-// Ratios are against paged full fp16.
+// Ratios are against paged full fp16. Each configuration gets a roofline (bench/step_roofline.h)
+// at the mean batch it achieved, over the same run's copy bandwidth and GEMM rate. A configuration
+// in which any request was refused or failed gets no throughput, ratio or roofline fraction: its
+// rates would cover only the requests that ran; the table says how many were refused and failed.
 //
-// JSON (--json FILE, written atomically): format "kvcheck-bench-serving", version 1; model,
+// JSON (--json FILE, written atomically): format "kvcheck-bench-serving", version 2; model,
 // device, threads, workload {name, file, requests, seed, rate, reasoning_cap, mean_prompt_tokens,
-// mean_output_tokens}, kv_budget_bytes, page_bytes, pool_pages, max_batch, preemption; results:
-// [{policy (the row's name), policy_spec, contiguous, requests_submitted, requests_completed,
-// requests_failed, errors, tokens_requested, output_tokens, output_tokens_per_s, requests_per_s,
+// mean_output_tokens, longest_request_tokens}, kv_budget_bytes, kv_budget_requests (0: given in
+// bytes), page_bytes, pool_pages, max_batch, preemption, machine {copy_bytes_per_s,
+// gemm_flops_per_s, threads}; results: [{policy (the row's name), policy_spec, contiguous,
+// requests_submitted, requests_completed, requests_failed, requests_refused, all_completed, errors,
+// tokens_requested, output_tokens, output_tokens_per_s and requests_per_s (null unless
+// all_completed), partial_output_tokens_per_s (generated over the makespan, whatever completed),
 // mean_batch_size, max_batch_seen, peak_kv_bytes, fragmentation_p50, fragmentation_p99,
 // fragmentation_mean, preemptions (total), preemptions_by_kind {recompute, swap}, recomputed_tokens,
 // swapped_bytes, ttft_s / tpot_s / itl_s {p50, p99, mean, count}, makespan_s, skipped_idle_s,
-// wall_s, steps, decode_steps, ratios_vs_paged_fp16 {output_tokens_per_s, requests_per_s,
-// mean_batch_size, peak_kv_bytes}}].
+// wall_s, steps, decode_steps, roofline {weight_bytes, kv_bytes, flops, bandwidth_s, compute_s,
+// predicted_step_s, predicted_tokens_per_s, achieved_fraction (null unless all_completed), bound},
+// ratios_vs_paged_fp16 {output_tokens_per_s, requests_per_s, mean_batch_size, peak_kv_bytes}
+// (the first two null unless both rows completed everything)}].
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <nlohmann/json.hpp>
 #include <random>
+#include <thread>
 
 #include "bench/serving_run.h"
 #include "bench/serving_workload.h"
+#include "bench/step_roofline.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "cli/json_file.h"
@@ -61,6 +71,15 @@ std::vector<std::int32_t> prompt_text(const std::filesystem::path& dir, const Mo
   return text;
 }
 
+// A rate cell: "-" for a configuration whose rates cover only part of its requests.
+std::string rate_cell(bool comparable, double value, int decimals) {
+  return comparable ? fmt::format("{:.{}f}", value, decimals) : std::string("-");
+}
+
+nlohmann::json comparable_json(bool comparable, double value) {
+  return comparable ? nlohmann::json(value) : nlohmann::json(nullptr);
+}
+
 std::string ms(const Percentiles& p) { return fmt::format("{:.1f}/{:.1f}", p.p50 * 1e3, p.p99 * 1e3); }
 
 nlohmann::json percentiles_json(const Percentiles& p) {
@@ -68,6 +87,32 @@ nlohmann::json percentiles_json(const Percentiles& p) {
 }
 
 double ratio(double a, double b) { return b > 0.0 ? a / b : 0.0; }
+
+// `n` requests of `tokens` tokens each in full fp16, in whole pages of every layer and kv head.
+std::int64_t fp16_budget_bytes(const ModelConfig& c, std::int64_t page_bytes, std::int64_t tokens, std::int64_t n) {
+  const KvTier tier = make_policy("full-fp16")->tiers().front();
+  const std::int64_t tpp = tokens_per_page(tier, c.head_dim, page_bytes);
+  const std::int64_t per_request = (tokens + tpp - 1) / tpp * c.num_hidden_layers * c.num_key_value_heads;
+  return n * per_request * page_bytes;
+}
+
+// The CPU backend's thread count for --threads (0: every core).
+int resolved_threads(int threads) {
+  return threads > 0 ? threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+nlohmann::json roofline_json(const DecodeStepWork& w, const Roofline& r, double predicted_tokens_per_s,
+                             nlohmann::json achieved_fraction) {
+  return {{"weight_bytes", w.weight_bytes},
+          {"kv_bytes", w.kv_bytes},
+          {"flops", w.flops},
+          {"bandwidth_s", r.bandwidth_s},
+          {"compute_s", r.compute_s},
+          {"predicted_step_s", r.predicted_s()},
+          {"predicted_tokens_per_s", predicted_tokens_per_s},
+          {"achieved_fraction", std::move(achieved_fraction)},
+          {"bound", r.bound()}};
+}
 
 // The model to serve: a checkpoint directory (`dir` set to it), or dummy weights of a named shape
 // (`dir` left empty).
@@ -125,15 +170,13 @@ int run_serving_bench(const BenchArgs& args) {
   const double n = static_cast<double>(requests.size());
 
   const std::int64_t page_bytes = args.page_bytes > 0 ? args.page_bytes : sixteen_token_page_bytes(c);
-  std::int64_t budget = args.kv_budget;
-  if (budget == 0) {
-    // About 8 requests at full context in full fp16, in whole pages.
-    const KvTier tier = make_policy("full-fp16")->tiers().front();
-    const std::int64_t tpp = tokens_per_page(tier, c.head_dim, page_bytes);
-    const std::int64_t per_request =
-        (c.max_position_embeddings + tpp - 1) / tpp * c.num_hidden_layers * c.num_key_value_heads;
-    budget = 8 * per_request * page_bytes;
+  std::int64_t longest = 0;
+  for (const ServingRequest& r : requests) {
+    longest = std::max(longest, std::min(r.prompt_tokens + r.output_tokens, c.max_position_embeddings));
   }
+  const std::int64_t budget_requests = args.kv_budget > 0 ? 0 : args.kv_budget_requests;
+  const std::int64_t budget =
+      args.kv_budget > 0 ? args.kv_budget : fp16_budget_bytes(c, page_bytes, longest, budget_requests);
 
   std::vector<ServingRunConfig> rows;
   ServingRunConfig base;
@@ -167,9 +210,15 @@ int run_serving_bench(const BenchArgs& args) {
   fmt::print("{} requests (seed {}), prompt mean {:.1f}, output mean {:.1f} tokens; prompts from {}; arrival {}\n",
              requests.size(), args.seed, prompt_sum / n, output_sum / n, origin,
              args.rate > 0.0 ? fmt::format("Poisson, {} requests/s", args.rate) : std::string("all at once"));
-  fmt::print("KV budget {} bytes ({:.2f} MiB) = {} pages of {} bytes; max batch {}; preemption {}\n\n", budget,
-             static_cast<double>(budget) / (1024.0 * 1024.0), budget / page_bytes, page_bytes, args.max_batch,
-             args.preemption);
+  fmt::print("KV budget {} bytes ({:.2f} MiB{}) = {} pages of {} bytes; max batch {}; preemption {}\n", budget,
+             static_cast<double>(budget) / (1024.0 * 1024.0),
+             budget_requests > 0
+                 ? fmt::format(": {} of the workload's longest request, {} tokens, in full fp16", budget_requests, longest)
+                 : std::string(", --kv-budget"),
+             budget / page_bytes, page_bytes, args.max_batch, args.preemption);
+  const MachineRates machine = measure_machine_rates(resolved_threads(args.threads));
+  fmt::print("roofline: copy bandwidth {:.2f} GB/s, GEMM {:.1f} GFLOP/s ({} x one thread's), measured in this run\n\n",
+             machine.copy_bytes_per_s * 1e-9, machine.gemm_flops_per_s * 1e-9, machine.threads);
 
   std::vector<ServingResult> results;
   for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -177,23 +226,49 @@ int run_serving_bench(const BenchArgs& args) {
     results.push_back(run_serving(model, rows[i], requests, [&](std::int64_t d, std::int64_t t) { bar.update(d, t); }));
   }
   const ServingResult& paged = results[1];
-
-  fmt::print("{:<22} {:>9} {:>9} {:>7} {:>6} {:>8} {:>6} {:>8} {:>13} {:>11} {:>11} {:>7} {:>7}\n", "policy",
-             "done/sub", "tok/s", "req/s", "batch", "peak MiB", "frag99", "preempt", "TTFT ms p50/99",
-             "TPOT p50/99", "ITL p50/99", "x tok/s", "x batch");
+  std::vector<Roofline> roofs;
   for (const ServingResult& r : results) {
-    fmt::print("{:<22} {:>9} {:>9.1f} {:>7.2f} {:>6.1f} {:>8.2f} {:>6.3f} {:>8} {:>13} {:>11} {:>11} {:>7.2f} {:>7.2f}\n",
+    roofs.push_back(roofline(mean_decode_step_work(c, r), machine.copy_bytes_per_s, machine.gemm_flops_per_s));
+  }
+  // The roofline's tokens/s at the row's mean batch.
+  const auto roof_rate = [&](std::size_t i) {
+    return roofs[i].predicted_s() > 0.0 ? results[i].mean_batch_size / roofs[i].predicted_s() : 0.0;
+  };
+  const auto compared = [&](const ServingResult& r) { return r.all_completed() && paged.all_completed(); };
+
+  fmt::print("{:<22} {:>9} {:>8} {:>9} {:>7} {:>6} {:>8} {:>6} {:>8} {:>13} {:>11} {:>11} {:>7} {:>7} {:>9} {:>6} "
+             "{:<9}\n",
+             "policy", "done/sub", "ref/fail", "tok/s", "req/s", "batch", "peak MiB", "frag99", "preempt",
+             "TTFT ms p50/99", "TPOT p50/99", "ITL p50/99", "x tok/s", "x batch", "roof tok/s", "x roof", "bound");
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const ServingResult& r = results[i];
+    fmt::print("{:<22} {:>9} {:>8} {:>9} {:>7} {:>6.1f} {:>8.2f} {:>6.3f} {:>8} {:>13} {:>11} {:>11} {:>7} {:>7.2f} "
+               "{:>9.1f} {:>6} {:<9}\n",
                r.label.size() > 22 ? r.label.substr(0, 21) + "~" : r.label,
-               fmt::format("{}/{}", r.requests_completed, r.requests_submitted), r.output_tokens_per_s,
-               r.requests_per_s, r.mean_batch_size, static_cast<double>(r.peak_kv_bytes) / (1024.0 * 1024.0),
-               r.fragmentation.p99, fmt::format("{}r {}s", r.preemptions_recompute, r.preemptions_swap), ms(r.ttft_s),
-               ms(r.tpot_s), ms(r.itl_s), ratio(r.output_tokens_per_s, paged.output_tokens_per_s),
-               ratio(r.mean_batch_size, paged.mean_batch_size));
+               fmt::format("{}/{}", r.requests_completed, r.requests_submitted),
+               fmt::format("{}/{}", r.requests_refused, r.requests_failed - r.requests_refused),
+               rate_cell(r.all_completed(), r.output_tokens_per_s, 1), rate_cell(r.all_completed(), r.requests_per_s, 2),
+               r.mean_batch_size, static_cast<double>(r.peak_kv_bytes) / (1024.0 * 1024.0), r.fragmentation.p99,
+               fmt::format("{}r {}s", r.preemptions_recompute, r.preemptions_swap), ms(r.ttft_s), ms(r.tpot_s),
+               ms(r.itl_s), rate_cell(compared(r), ratio(r.output_tokens_per_s, paged.output_tokens_per_s), 2),
+               ratio(r.mean_batch_size, paged.mean_batch_size), roof_rate(i),
+               rate_cell(r.all_completed(), ratio(r.output_tokens_per_s, roof_rate(i)), 2),
+               roofs[i].bandwidth_bound() ? "bandwidth" : "compute");
   }
   fmt::print("\ntok/s: generated tokens over the makespan; batch: mean requests per decode step; peak MiB: KV pages "
              "in use (contiguous: reserved) at the worst step;\nfrag99: p99 over steps of 1 - live / allocated "
-             "slots; preempt: by recompute (r) and swap (s); ratios (x) against paged-fp16.\n");
+             "slots; preempt: by recompute (r) and swap (s); ratios (x) against paged-fp16;\nroof tok/s: the mean "
+             "batch over the roofline's step time, max(bytes a step reads (weights + mean stored KV) / copy "
+             "bandwidth,\nFLOPs / GEMM rate); x roof: tok/s over it; bound: which of the two is larger. ref/fail: "
+             "requests refused at submission / failed while running;\n'-': the configuration did not complete every "
+             "request, so its rates cover only part of the workload and are not compared.\n");
   for (const ServingResult& r : results) {
+    if (!r.all_completed()) {
+      fmt::print("{}: {} of {} requests refused at submission, {} failed while running: no throughput is given "
+                 "(generated {} of {} tokens asked for)\n",
+                 r.label, r.requests_refused, r.requests_submitted, r.requests_failed - r.requests_refused,
+                 r.output_tokens, r.tokens_requested);
+    }
     for (const std::string& e : r.errors) fmt::print("{}: {}\n", r.label, e);
   }
 
@@ -208,11 +283,14 @@ int run_serving_bench(const BenchArgs& args) {
           {"requests_submitted", r.requests_submitted},
           {"requests_completed", r.requests_completed},
           {"requests_failed", r.requests_failed},
+          {"requests_refused", r.requests_refused},
+          {"all_completed", r.all_completed()},
           {"errors", r.errors},
           {"tokens_requested", r.tokens_requested},
           {"output_tokens", r.output_tokens},
-          {"output_tokens_per_s", r.output_tokens_per_s},
-          {"requests_per_s", r.requests_per_s},
+          {"output_tokens_per_s", comparable_json(r.all_completed(), r.output_tokens_per_s)},
+          {"requests_per_s", comparable_json(r.all_completed(), r.requests_per_s)},
+          {"partial_output_tokens_per_s", r.output_tokens_per_s},
           {"mean_batch_size", r.mean_batch_size},
           {"max_batch_seen", r.max_batch_seen},
           {"peak_kv_bytes", r.peak_kv_bytes},
@@ -231,16 +309,18 @@ int run_serving_bench(const BenchArgs& args) {
           {"wall_s", r.wall_s},
           {"steps", r.steps},
           {"decode_steps", r.decode_steps},
+          {"roofline", roofline_json(mean_decode_step_work(c, r), roofs[i], roof_rate(i),
+                                     comparable_json(r.all_completed(), ratio(r.output_tokens_per_s, roof_rate(i))))},
           {"ratios_vs_paged_fp16",
-           {{"output_tokens_per_s", ratio(r.output_tokens_per_s, paged.output_tokens_per_s)},
-            {"requests_per_s", ratio(r.requests_per_s, paged.requests_per_s)},
+           {{"output_tokens_per_s", comparable_json(compared(r), ratio(r.output_tokens_per_s, paged.output_tokens_per_s))},
+            {"requests_per_s", comparable_json(compared(r), ratio(r.requests_per_s, paged.requests_per_s))},
             {"mean_batch_size", ratio(r.mean_batch_size, paged.mean_batch_size)},
             {"peak_kv_bytes", ratio(static_cast<double>(r.peak_kv_bytes), static_cast<double>(paged.peak_kv_bytes))}}},
       });
     }
     write_json_atomically(args.json,
                           {{"format", "kvcheck-bench-serving"},
-                           {"version", 1},
+                           {"version", 2},
                            {"model", model_name},
                            {"device", args.device},
                            {"threads", args.threads},
@@ -252,12 +332,18 @@ int run_serving_bench(const BenchArgs& args) {
                              {"rate", args.rate},
                              {"reasoning_cap", args.reasoning_cap},
                              {"mean_prompt_tokens", prompt_sum / n},
-                             {"mean_output_tokens", output_sum / n}}},
+                             {"mean_output_tokens", output_sum / n},
+                             {"longest_request_tokens", longest}}},
                            {"kv_budget_bytes", budget},
+                           {"kv_budget_requests", budget_requests},
                            {"page_bytes", page_bytes},
                            {"pool_pages", budget / page_bytes},
                            {"max_batch", args.max_batch},
                            {"preemption", args.preemption},
+                           {"machine",
+                            {{"copy_bytes_per_s", machine.copy_bytes_per_s},
+                             {"gemm_flops_per_s", machine.gemm_flops_per_s},
+                             {"threads", machine.threads}}},
                            {"results", rows_json}},
                           "--json");
     fmt::print("json: {}\n", args.json);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "bench/serving_run.h"
@@ -75,6 +76,8 @@ TEST(ServingRun, NothingLostAndTheCountsAddUp) {
     EXPECT_EQ(r.requests_submitted, 24);
     EXPECT_EQ(r.requests_completed, 24) << (r.errors.empty() ? "" : r.errors.front());
     EXPECT_EQ(r.requests_failed, 0);
+    EXPECT_EQ(r.requests_refused, 0);
+    EXPECT_TRUE(r.all_completed());
     EXPECT_EQ(r.tokens_requested, asked);
     EXPECT_EQ(r.output_tokens, asked) << "EOS is ignored: every request generates what it asked for";
     EXPECT_EQ(r.pool_pages, budget / 1024);
@@ -91,6 +94,18 @@ TEST(ServingRun, NothingLostAndTheCountsAddUp) {
     EXPECT_GE(r.ttft_s.p50, 0.0);
     EXPECT_GT(r.output_tokens_per_s, 0.0);
     EXPECT_LE(r.makespan_s, r.wall_s + r.skipped_idle_s + 1e-9);
+    // The roofline's inputs: the weights a step reads, and the stored KV at its decode steps.
+    EXPECT_EQ(r.weight_bytes, decode_weight_bytes(probe->weights));
+    EXPECT_GT(r.mean_kv_slots, 0.0);
+    if (policy != "h2o:budget=32") {
+      // One tier: every slot at the page's bytes over its tokens in the policy's format.
+      auto format = make_engine(model, EngineOptions{.policy = policy, .pages = 1, .page_bytes = 1024});
+      const double slot_bytes = 1024.0 / static_cast<double>(format->cache->manager().pool().tokens_per_page(0));
+      EXPECT_NEAR(r.mean_kv_bytes / r.mean_kv_slots, slot_bytes, 1e-12 * slot_bytes);
+      if (policy == "int8") {
+        EXPECT_LT(slot_bytes, 1024.0 / static_cast<double>(probe->cache->manager().pool().tokens_per_page(0)));
+      }
+    }
     if (contiguous) {
       // Each request reserves its own prompt + output cap: the first `first_fit` requests (all
       // arrive at once) run together at the first step, no more than `most_fit` ever do, nothing
@@ -154,6 +169,48 @@ TEST(ServingRun, AReservationLargerThanThePoolIsRejectedAtSubmission) {
   EXPECT_EQ(engine->cache->free_pages(), 20);
   sc.reserve_tokens = -1;
   EXPECT_THROW(Scheduler(*engine->runner, sc), InputError);
+}
+
+// A request that can never run is counted as refused (at submission) as well as failed; one that
+// fails after admission only as failed. Either way the result says its rates are partial.
+TEST(ServingRun, RefusedAndFailedRequestsAreCountedApart) {
+  const ModelConfig c = tiny_config({.max_positions = 256});
+  const ReferenceModel model = tiny_model(c, 5);
+  auto probe = make_engine(model, EngineOptions{.policy = "full-fp16", .pages = 1, .page_bytes = 1024});
+  const std::int64_t pool = probe->cache->request_pages(100);  // a pool of 100 tokens' pages
+  ASSERT_GT(probe->cache->request_pages(40 + 200), pool);
+  ASSERT_LE(probe->cache->request_pages(40), pool);
+  // Three short requests, and one whose prompt fits the pool but whose prompt + output does not.
+  std::vector<ServingRequest> rs;
+  for (std::int64_t i = 0; i < 4; ++i) {
+    ServingRequest q;
+    q.id = i;
+    q.prompt_tokens = i < 3 ? 12 : 40;
+    q.output_tokens = i < 3 ? 4 : 200;
+    q.prompt = testing::test_tokens(q.prompt_tokens, c.vocab_size, static_cast<std::uint64_t>(i));
+    rs.push_back(q);
+  }
+  const ServingResult contiguous = run_serving(model, run_config("full-fp16", true, pool * 1024), rs);
+  EXPECT_EQ(contiguous.requests_refused, 1) << "its reservation can never fit: refused at submission";
+  EXPECT_EQ(contiguous.requests_failed, 1);
+  EXPECT_EQ(contiguous.requests_completed, 3);
+  EXPECT_FALSE(contiguous.all_completed());
+  const ServingResult paged = run_serving(model, run_config("full-fp16", false, pool * 1024), rs);
+  EXPECT_EQ(paged.requests_refused, 0) << "paging admits it: its prompt fits";
+  EXPECT_EQ(paged.requests_failed, 1) << "and fails it when it cannot grow even alone";
+  EXPECT_EQ(paged.requests_completed, 3);
+  EXPECT_FALSE(paged.all_completed());
+}
+
+TEST(ServingRun, MeanAndSampleStandardDeviation) {
+  const std::vector<double> v = {2, 4, 4, 4, 5, 5, 7, 9};
+  const MeanSd m = mean_sd(v);
+  EXPECT_DOUBLE_EQ(m.mean, 5.0);
+  EXPECT_DOUBLE_EQ(m.sd, std::sqrt(32.0 / 7.0));  // squares about the mean sum to 32, over n - 1
+  const std::vector<double> one = {3.5};
+  EXPECT_DOUBLE_EQ(mean_sd(one).mean, 3.5);
+  EXPECT_EQ(mean_sd(one).sd, 0.0);
+  EXPECT_EQ(mean_sd(std::vector<double>{}).mean, 0.0);
 }
 
 }  // namespace

@@ -1,10 +1,17 @@
 // kvcheck bench --workload, run as a user (and the CI smoke) runs it, for a few seconds on the
 // embedded model: the JSON schema and the relations that hold whatever the machine's speed —
 // every request completes, tokens generated equal tokens asked for, fragmentation in [0, 1], the
-// peak within the budget, the baselines first and the ratios against paged-fp16. Never a speed.
+// peak within the budget, the baselines first and the ratios against paged-fp16, the roofline's
+// prediction the larger of its two times; a configuration that refused or failed a request shows
+// no rate. Never a speed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <sstream>
 #include <string>
+#include <vector>
+
+#include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
 
@@ -21,8 +28,9 @@ using testing::shell_quote;
 
 void expect_sane(const json& j, std::int64_t requests) {
   EXPECT_EQ(j.at("format"), "kvcheck-bench-serving");
-  EXPECT_EQ(j.at("version"), 1);
+  EXPECT_EQ(j.at("version"), 2);
   const std::int64_t budget = j.at("kv_budget_bytes");
+  const double copy = j.at("machine").at("copy_bytes_per_s"), gemm = j.at("machine").at("gemm_flops_per_s");
   EXPECT_EQ(j.at("pool_pages").get<std::int64_t>(), budget / j.at("page_bytes").get<std::int64_t>());
   for (const json& row : j.at("results")) {
     SCOPED_TRACE(row.at("policy").get<std::string>());
@@ -33,6 +41,19 @@ void expect_sane(const json& j, std::int64_t requests) {
     }
     EXPECT_EQ(row.at("requests_submitted"), requests);
     EXPECT_EQ(row.at("requests_completed"), requests) << row.at("errors").dump();
+    EXPECT_EQ(row.at("requests_refused"), 0);
+    EXPECT_EQ(row.at("all_completed"), true);
+    EXPECT_EQ(row.at("partial_output_tokens_per_s"), row.at("output_tokens_per_s"));
+    const json& roof = row.at("roofline");
+    const double bytes = roof.at("weight_bytes").get<double>() + roof.at("kv_bytes").get<double>();
+    EXPECT_NEAR(roof.at("bandwidth_s").get<double>(), bytes / copy, 1e-12);
+    EXPECT_NEAR(roof.at("compute_s").get<double>(), roof.at("flops").get<double>() / gemm, 1e-12);
+    const double step = std::max(roof.at("bandwidth_s").get<double>(), roof.at("compute_s").get<double>());
+    EXPECT_DOUBLE_EQ(roof.at("predicted_step_s").get<double>(), step);
+    EXPECT_NEAR(roof.at("predicted_tokens_per_s").get<double>(), row.at("mean_batch_size").get<double>() / step,
+                1e-9 * roof.at("predicted_tokens_per_s").get<double>());
+    EXPECT_NEAR(roof.at("achieved_fraction").get<double>(),
+                row.at("output_tokens_per_s").get<double>() / roof.at("predicted_tokens_per_s").get<double>(), 1e-9);
     EXPECT_EQ(row.at("output_tokens"), row.at("tokens_requested"));
     const double frag = row.at("fragmentation_p99");
     EXPECT_GE(frag, 0.0);
@@ -66,6 +87,69 @@ TEST(BenchServingCli, SmokeRunHasTheSchemaAndNothingIsLost) {
   // output cap, so the 8 run together and their reservations stay under the budget.
   EXPECT_EQ(rows[0].at("max_batch_seen").get<std::int64_t>(), 8);
   EXPECT_LT(rows[0].at("peak_kv_bytes").get<std::int64_t>(), j.at("kv_budget_bytes").get<std::int64_t>());
+  // The default budget: 8 of the workload's longest requests in full fp16, each in pages of 16
+  // tokens for every layer and kv head of kvcheck-tiny (4 x 2).
+  EXPECT_EQ(j.at("kv_budget_requests"), 8);
+  const std::int64_t longest = j.at("workload").at("longest_request_tokens");
+  EXPECT_EQ(j.at("kv_budget_bytes").get<std::int64_t>(), 8 * ((longest + 15) / 16) * 8 * j.at("page_bytes").get<std::int64_t>());
+  EXPECT_NE(r.output.find(fmt::format("8 of the workload's longest request, {} tokens", longest)), std::string::npos)
+      << r.output;
+}
+
+// A budget of 64 pages (kvcheck-tiny's 4 layers x 2 kv heads: 8 pages per 16 tokens of a request)
+// and four requests, one of 40 + 200 tokens (120 pages): contiguous refuses it at submission,
+// paging fails it when it cannot grow even alone. Neither row gives a throughput, a ratio or a
+// roofline fraction, and the table says how many were refused and failed; a policy that keeps its
+// KV bounded (h2o) serves all four.
+TEST(BenchServingCli, RefusedOrFailedRequestsGetNoThroughput) {
+  testing::TempDir dir;
+  testing::write_file(dir / "w.jsonl", "{\"prompt_tokens\": 12, \"output_tokens\": 4}\n"
+                                       "{\"prompt_tokens\": 12, \"output_tokens\": 4}\n"
+                                       "{\"prompt_tokens\": 12, \"output_tokens\": 4}\n"
+                                       "{\"prompt_tokens\": 40, \"output_tokens\": 200}\n");
+  const std::filesystem::path out = dir / "s.json";
+  const CliRun r = run_kvcheck("bench --workload-file " + shell_quote(dir / "w.jsonl") +
+                               " --policies h2o:budget=32 --kv-budget 147456 --quiet --json " + shell_quote(out));
+  ASSERT_EQ(r.code, 0) << r.output;
+  const json j = json::parse(testing::read_file(out));
+  ASSERT_EQ(j.at("pool_pages"), 64) << "page_bytes " << j.at("page_bytes");
+  const json& rows = j.at("results");
+  ASSERT_EQ(rows.size(), 3u);
+  const auto expect_partial = [&](const json& row, int refused, int failed) {
+    SCOPED_TRACE(row.at("policy").get<std::string>());
+    EXPECT_EQ(row.at("requests_refused"), refused);
+    EXPECT_EQ(row.at("requests_failed"), failed);
+    EXPECT_EQ(row.at("requests_completed"), 3);
+    EXPECT_EQ(row.at("all_completed"), false);
+    EXPECT_TRUE(row.at("output_tokens_per_s").is_null());
+    EXPECT_TRUE(row.at("requests_per_s").is_null());
+    EXPECT_TRUE(row.at("roofline").at("achieved_fraction").is_null());
+    EXPECT_TRUE(row.at("ratios_vs_paged_fp16").at("output_tokens_per_s").is_null());
+    EXPECT_GT(row.at("partial_output_tokens_per_s").get<double>(), 0.0);
+  };
+  expect_partial(rows[0], 1, 1);
+  expect_partial(rows[1], 0, 1);
+  EXPECT_EQ(rows[2].at("all_completed"), true);
+  EXPECT_GT(rows[2].at("output_tokens_per_s").get<double>(), 0.0);
+  EXPECT_TRUE(rows[2].at("ratios_vs_paged_fp16").at("output_tokens_per_s").is_null())
+      << "no ratio against a baseline that did not complete";
+  // The table: refused/failed counts, '-' for the rates, and a line per partial row.
+  for (const char* line : {"contiguous: 1 of 4 requests refused at submission, 0 failed while running: no throughput",
+                           "paged-fp16: 0 of 4 requests refused at submission, 1 failed while running: no throughput",
+                           "needs 120 pages, the pool has 64"}) {
+    EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
+  }
+  const std::size_t row = r.output.find("\ncontiguous ");
+  ASSERT_NE(row, std::string::npos) << r.output;
+  const std::string contiguous = r.output.substr(row + 1, r.output.find('\n', row + 1) - row - 1);
+  // Columns: policy, done/sub, ref/fail, tok/s, req/s, ...
+  std::istringstream cells(contiguous);
+  std::vector<std::string> cell(5);
+  for (std::string& c : cell) cells >> c;
+  EXPECT_EQ(cell[1], "3/4") << contiguous;
+  EXPECT_EQ(cell[2], "1/0") << contiguous;
+  EXPECT_EQ(cell[3], "-") << "no throughput over 3 of 4 requests: " << contiguous;
+  EXPECT_EQ(cell[4], "-") << contiguous;
 }
 
 TEST(BenchServingCli, SavedWorkloadReplaysTheSameRequests) {
