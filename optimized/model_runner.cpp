@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "optimized/nvtx_range.h"
+#include "optimized/step_timer.h"
 #include "reference/errors.h"
 
 namespace kvcheck {
@@ -65,6 +66,7 @@ void ModelRunner::check_tokens(std::int64_t request, std::span<const std::int32_
 void ModelRunner::mlp(const EngineLayer& layer, std::vector<float>& x, std::int64_t rows, bool prefill) {
   const ModelConfig& c = weights_.config;
   auto linear = [&](const DenseWeight& w, const std::vector<float>& in, std::vector<float>& out) {
+    const StepTimer timer(StepPart::kProjections, !prefill);
     out.resize(static_cast<std::size_t>(rows * w.out()));
     if (prefill) {
       backend_.linear_prefill(w, in, rows, out);
@@ -85,6 +87,7 @@ void ModelRunner::mlp(const EngineLayer& layer, std::vector<float>& x, std::int6
 std::vector<float> ModelRunner::prefill(std::int64_t request, std::span<const std::int32_t> tokens,
                                         std::vector<float>* all_logits) {
   const NvtxRange range("prefill");
+  const StepTimer timer(StepPart::kPrefill);
   check_tokens(request, tokens, 0);
   const ModelConfig& c = weights_.config;
   const std::int64_t T = static_cast<std::int64_t>(tokens.size());
@@ -215,6 +218,7 @@ std::vector<float> ModelRunner::prefill(std::int64_t request, std::span<const st
 std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, std::span<const std::int32_t> tokens,
                                        std::span<const std::int32_t> positions) {
   const NvtxRange range("decode");
+  const StepTimer timer(StepPart::kDecode);
   const ModelConfig& c = weights_.config;
   const std::int64_t B = static_cast<std::int64_t>(requests.size());
   if (static_cast<std::int64_t>(tokens.size()) != B || static_cast<std::int64_t>(positions.size()) != B) {
@@ -234,6 +238,7 @@ std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, s
   // The policy's decisions, taken from each head's state before this step.
   std::vector<StepDecision> step;
   if (policy.selects_prompt()) {
+    const StepTimer policy_timer(StepPart::kPolicy);
     step.resize(static_cast<std::size_t>(B * c.num_hidden_layers * kvh));
     std::size_t i = 0;
     for (std::int64_t b = 0; b < B; ++b) {
@@ -248,7 +253,10 @@ std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, s
       }
     }
   }
-  cache_.reserve(requests, positions, step);  // PoolExhausted here, before any compute
+  {
+    const StepTimer page_timer(StepPart::kPageManager);
+    cache_.reserve(requests, positions, step);  // PoolExhausted here, before any compute
+  }
   std::vector<float> x(static_cast<std::size_t>(B * H));
   for (std::int64_t b = 0; b < B; ++b) {
     weights_.embedding.widen_row_to(tokens[static_cast<std::size_t>(b)], x.data() + b * H);
@@ -265,9 +273,12 @@ std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, s
   for (std::int32_t l = 0; l < c.num_hidden_layers; ++l) {
     const EngineLayer& layer = weights_.layers[static_cast<std::size_t>(l)];
     backend_.rmsnorm(x, B, layer.input_norm, c.rms_norm_eps, n);
-    backend_.linear(layer.q, n, B, q);
-    backend_.linear(layer.k, n, B, k);
-    backend_.linear(layer.v, n, B, v);
+    {
+      const StepTimer projections(StepPart::kProjections);
+      backend_.linear(layer.q, n, B, q);
+      backend_.linear(layer.k, n, B, k);
+      backend_.linear(layer.v, n, B, v);
+    }
     if (c.qk_norm()) {
       head_norm(backend_, q, B, c.num_attention_heads, layer.q_norm, c.rms_norm_eps, normed);
       head_norm(backend_, k, B, kvh, layer.k_norm, c.rms_norm_eps, normed);
@@ -290,14 +301,19 @@ std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, s
     policy.rotate(RotatedPart::kValue, v, d);
     for (std::int64_t b = 0; b < B; ++b) {
       const NvtxRange quantize("quantize");
+      const StepTimer kv_write(StepPart::kKvWrite);
       cache_.write_token(requests[static_cast<std::size_t>(b)], l, positions[static_cast<std::size_t>(b)], kv_row(k, b),
                          kv_row(v, b));
     }
     for (std::int64_t b = 0; b < B; ++b) {
       for (std::int32_t h = 0; h < kvh; ++h) {
         const std::size_t i = static_cast<std::size_t>(b * kvh + h);
-        cache_.head_pages(requests[static_cast<std::size_t>(b)], l, h, pages[i]);
+        {
+          const StepTimer page_timer(StepPart::kPageManager);
+          cache_.head_pages(requests[static_cast<std::size_t>(b)], l, h, pages[i]);
+        }
         if (policy.selects_pages()) {
+          const StepTimer policy_timer(StepPart::kPolicy);
           const std::size_t qa = static_cast<std::size_t>(b * c.q_dim() + h * group * d);
           select_read_pages(policy, cache_.tiers(), d, group, std::span<const float>(q).subspan(qa, static_cast<std::size_t>(group * d)),
                             pages[i], pages_read[i]);
@@ -320,10 +336,12 @@ std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, s
     }
     {
       const NvtxRange attention("attention");
+      const StepTimer attention_timer(StepPart::kAttention);
       backend_.decode_attention(heads, outs);
     }
     policy.rotate(RotatedPart::kOutput, attn, d);
     if (want_probs) {
+      const StepTimer policy_timer(StepPart::kPolicy);
       for (std::int64_t b = 0; b < B; ++b) {
         for (std::int32_t h = 0; h < kvh; ++h) {
           const std::size_t i = static_cast<std::size_t>(b * kvh + h);
@@ -345,12 +363,16 @@ std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, s
         }
       }
     }
-    backend_.linear(layer.o, attn, B, o);
+    {
+      const StepTimer projections(StepPart::kProjections);
+      backend_.linear(layer.o, attn, B, o);
+    }
     add_into(x, o);
     mlp(layer, x, B, false);
   }
   backend_.rmsnorm(x, B, weights_.final_norm, c.rms_norm_eps, n);
   std::vector<float> logits(static_cast<std::size_t>(B * c.vocab_size));
+  const StepTimer projections(StepPart::kProjections);
   backend_.linear(weights_.lm_head, n, B, logits);
   return logits;
 }

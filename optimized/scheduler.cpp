@@ -10,6 +10,7 @@
 #include "optimized/nvtx_range.h"
 #include "optimized/pool_exhausted.h"
 #include "optimized/request_error.h"
+#include "optimized/step_timer.h"
 #include "reference/errors.h"
 
 namespace kvcheck {
@@ -386,6 +387,7 @@ bool Scheduler::cancel(std::int64_t id) {
 bool Scheduler::step() {
   if (waiting_.empty() && running_.empty()) return false;
   const NvtxRange range("step");
+  const StepTimer timer(StepPart::kStep);
   admit();
   decode();
   ++step_;
