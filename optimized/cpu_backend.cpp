@@ -95,11 +95,13 @@ void CpuBackend::linear(const DenseWeight& w, std::span<const float> x, std::int
   check_size(y.size(), rows * out, "linear output");
   // Tasks are (64 outputs) x (16 rows) tiles; kernels/cpu/dense_ops.h computes every element
   // in an order fixed by its own row, so neither the tiling nor the thread count shows in a bit.
+  // Consecutive tasks are a chunk's row blocks, so a batch over 16 rows takes a chunk's weights
+  // (64 rows of W) from memory once and from cache for its other blocks: W is read once per call.
   const std::int64_t chunks = (out + kLinearChunk - 1) / kLinearChunk;
   const std::int64_t blocks = (rows + kLinearRowBlock - 1) / kLinearRowBlock;
   parallel(blocks * chunks, [&](std::int64_t task) {
-    const std::int64_t r0 = (task / chunks) * kLinearRowBlock;
-    const std::int64_t a = (task % chunks) * kLinearChunk;
+    const std::int64_t r0 = (task % blocks) * kLinearRowBlock;
+    const std::int64_t a = (task / blocks) * kLinearChunk;
     linear_rows(linear_args(w, x, r0, std::min(kLinearRowBlock, rows - r0), y, a, std::min(a + kLinearChunk, out)));
   }, rows * out * in);
 }
