@@ -68,9 +68,13 @@ struct Sample {
   double mean_kv_slots = 0.0, mean_kv_bytes = 0.0;  // over decode steps
 };
 
-double tokens_per_s(const Sample& s) { return static_cast<double>(s.tokens) / s.seconds; }
-double pp_tokens_per_s(const Sample& s) { return static_cast<double>(s.prompt_tokens) / s.prefill_s; }
-double tg_tokens_per_s(const Sample& s) { return static_cast<double>(s.decode_tokens) / s.generation_s; }
+// Tokens over seconds (0 when nothing was timed: --new-tokens 1 has no decode step).
+double per_second(std::int64_t tokens, double seconds) {
+  return seconds > 0.0 ? static_cast<double>(tokens) / seconds : 0.0;
+}
+double tokens_per_s(const Sample& s) { return per_second(s.tokens, s.seconds); }
+double pp_tokens_per_s(const Sample& s) { return per_second(s.prompt_tokens, s.prefill_s); }
+double tg_tokens_per_s(const Sample& s) { return per_second(s.decode_tokens, s.generation_s); }
 
 struct Run {
   std::string name;
