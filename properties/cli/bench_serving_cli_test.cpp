@@ -152,6 +152,26 @@ TEST(BenchServingCli, RefusedOrFailedRequestsGetNoThroughput) {
   EXPECT_EQ(cell[4], "-") << contiguous;
 }
 
+// Without --kv-budget the budget holds --kv-budget-requests of the workload's longest request
+// (prompt + output) in full fp16: here 2 x (40 + 200 tokens: 15 pages of 16 tokens for each of
+// kvcheck-tiny's 4 x 2 layer heads) = 240 pages, not the 512-token context's 2 x 256.
+TEST(BenchServingCli, TheDefaultBudgetHoldsNOfTheLongestRequests) {
+  testing::TempDir dir;
+  testing::write_file(dir / "w.jsonl", "{\"prompt_tokens\": 12, \"output_tokens\": 4}\n"
+                                       "{\"prompt_tokens\": 40, \"output_tokens\": 200}\n");
+  const CliRun r = run_kvcheck("bench --workload-file " + shell_quote(dir / "w.jsonl") +
+                               " --policies '' --kv-budget-requests 2 --quiet --json " + shell_quote(dir / "s.json"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  const json j = json::parse(testing::read_file(dir / "s.json"));
+  EXPECT_EQ(j.at("workload").at("longest_request_tokens"), 240);
+  EXPECT_EQ(j.at("kv_budget_requests"), 2);
+  EXPECT_EQ(j.at("pool_pages"), 240);
+  EXPECT_EQ(j.at("kv_budget_bytes").get<std::int64_t>(), 240 * j.at("page_bytes").get<std::int64_t>());
+  EXPECT_NE(r.output.find("2 of the workload's longest request, 240 tokens, in full fp16"), std::string::npos)
+      << r.output;
+  expect_sane(j, 2);
+}
+
 TEST(BenchServingCli, SavedWorkloadReplaysTheSameRequests) {
   testing::TempDir dir;
   const std::filesystem::path saved = dir / "w.jsonl", a = dir / "a.json", b = dir / "b.json";
