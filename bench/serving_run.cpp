@@ -10,6 +10,7 @@
 
 #include "optimized/engine.h"
 #include "optimized/nvtx_range.h"
+#include "optimized/step_timer.h"
 #include "reference/errors.h"
 
 namespace kvcheck {
@@ -81,6 +82,8 @@ ServingResult run_serving(const ReferenceModel& model, const ServingRunConfig& c
   std::map<std::int64_t, std::int64_t> asked;
   std::map<std::int64_t, std::vector<double>> token_times;
 
+  reset_step_times();
+  set_step_timing(true);
   const std::string range_name = "serving " + config.label;
   const NvtxRange range(range_name.c_str());
   const Clock::time_point t0 = Clock::now();
@@ -144,6 +147,9 @@ ServingResult run_serving(const ReferenceModel& model, const ServingRunConfig& c
     }
   }
   out.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  set_step_timing(false);
+  const StepTimes parts = step_times();
+  out.generation_s = parts[StepPart::kStep] - parts[StepPart::kPrefill];
   out.skipped_idle_s = skipped;
 
   std::vector<double> ttft, tpot, itl;
@@ -178,6 +184,9 @@ ServingResult run_serving(const ReferenceModel& model, const ServingRunConfig& c
   out.mean_batch_size =
       st.decode_steps > 0 ? static_cast<double>(st.decode_tokens) / static_cast<double>(st.decode_steps) : 0.0;
   out.output_tokens_per_s = last_token > 0.0 ? static_cast<double>(out.output_tokens) / last_token : 0.0;
+  out.decode_tokens = st.decode_tokens;
+  out.generation_tokens_per_s =
+      out.generation_s > 0.0 ? static_cast<double>(out.decode_tokens) / out.generation_s : 0.0;
   out.requests_per_s = last_token > 0.0 ? static_cast<double>(out.requests_completed) / last_token : 0.0;
   out.fragmentation = percentiles(std::move(fragmentation));
   if (kv_samples > 0) {

@@ -8,7 +8,8 @@
 //   TTFT  first token - arrival;  TPOT  (last token - first token) / (tokens - 1), per request;
 //   ITL   every gap between consecutive tokens of a request (preemption stalls included).
 // Throughput counts generated tokens (and completed requests) over the makespan: from time 0 to
-// the last token.
+// the last token. Generation (tg, as llama-bench's) counts the tokens the decode steps produced
+// over the steps' time outside prefill (the step timers of optimized/step_timer.h, on for the run).
 //
 // Memory. The KV budget becomes floor(budget / page_bytes) pages. Paged configurations take pages
 // as requests grow; the contiguous baseline (`contiguous`) runs full fp16 but admits a request only
@@ -75,6 +76,8 @@ struct ServingResult {
   std::vector<std::string> errors;                      // the first failed requests' errors
   double makespan_s = 0.0, skipped_idle_s = 0.0, wall_s = 0.0;
   double output_tokens_per_s = 0.0, requests_per_s = 0.0;
+  std::int64_t decode_tokens = 0;
+  double generation_s = 0.0, generation_tokens_per_s = 0.0;  // decode tokens over the steps' non-prefill time
   std::int64_t steps = 0, decode_steps = 0, max_batch_seen = 0;
   double mean_batch_size = 0.0;  // decoded tokens / decode steps
   std::int64_t pool_pages = 0, page_bytes = 0, peak_kv_bytes = 0;

@@ -14,11 +14,14 @@
 // requests_submitted, requests_completed, requests_failed, requests_refused, all_completed, errors,
 // tokens_requested, output_tokens, output_tokens_per_s and requests_per_s (null unless
 // all_completed), partial_output_tokens_per_s (generated over the makespan, whatever completed),
+// decode_tokens, generation_s, generation_tokens_per_s (tg: decode tokens over the steps' time
+// outside prefill; null unless all_completed),
 // mean_batch_size, max_batch_seen, peak_kv_bytes, fragmentation_p50, fragmentation_p99,
 // fragmentation_mean, preemptions (total), preemptions_by_kind {recompute, swap}, recomputed_tokens,
 // swapped_bytes, ttft_s / tpot_s / itl_s {p50, p99, mean, count}, makespan_s, skipped_idle_s,
 // wall_s, steps, decode_steps, roofline {weight_bytes, kv_bytes, flops, bandwidth_s, compute_s,
-// predicted_step_s, predicted_tokens_per_s, achieved_fraction (null unless all_completed), bound},
+// predicted_step_s, predicted_tokens_per_s, achieved_fraction and generation_fraction (tok/s and tg
+// over predicted_tokens_per_s; null unless all_completed), bound},
 // ratios_vs_paged_fp16 {output_tokens_per_s, requests_per_s, mean_batch_size, peak_kv_bytes}
 // (the first two null unless both rows completed everything)}].
 #include <fmt/format.h>
@@ -102,7 +105,7 @@ int resolved_threads(int threads) {
 }
 
 nlohmann::json roofline_json(const DecodeStepWork& w, const Roofline& r, double predicted_tokens_per_s,
-                             nlohmann::json achieved_fraction) {
+                             nlohmann::json achieved_fraction, nlohmann::json generation_fraction) {
   return {{"weight_bytes", w.weight_bytes},
           {"kv_bytes", w.kv_bytes},
           {"flops", w.flops},
@@ -111,6 +114,7 @@ nlohmann::json roofline_json(const DecodeStepWork& w, const Roofline& r, double 
           {"predicted_step_s", r.predicted_s()},
           {"predicted_tokens_per_s", predicted_tokens_per_s},
           {"achieved_fraction", std::move(achieved_fraction)},
+          {"generation_fraction", std::move(generation_fraction)},
           {"bound", r.bound()}};
 }
 
@@ -237,13 +241,14 @@ int run_serving_bench(const BenchArgs& args) {
   const auto compared = [&](const ServingResult& r) { return r.all_completed() && paged.all_completed(); };
 
   fmt::print("{:<22} {:>9} {:>8} {:>9} {:>7} {:>6} {:>8} {:>6} {:>8} {:>13} {:>11} {:>11} {:>7} {:>7} {:>9} {:>6} "
-             "{:<9}\n",
+             "{:>9} {:>7} {:<9}\n",
              "policy", "done/sub", "ref/fail", "tok/s", "req/s", "batch", "peak MiB", "frag99", "preempt",
-             "TTFT ms p50/99", "TPOT p50/99", "ITL p50/99", "x tok/s", "x batch", "roof tok/s", "x roof", "bound");
+             "TTFT ms p50/99", "TPOT p50/99", "ITL p50/99", "x tok/s", "x batch", "roof tok/s", "x roof", "tg tok/s",
+             "tg roof", "bound");
   for (std::size_t i = 0; i < results.size(); ++i) {
     const ServingResult& r = results[i];
     fmt::print("{:<22} {:>9} {:>8} {:>9} {:>7} {:>6.1f} {:>8.2f} {:>6.3f} {:>8} {:>13} {:>11} {:>11} {:>7} {:>7.2f} "
-               "{:>9.1f} {:>6} {:<9}\n",
+               "{:>9.1f} {:>6} {:>9} {:>7} {:<9}\n",
                r.label.size() > 22 ? r.label.substr(0, 21) + "~" : r.label,
                fmt::format("{}/{}", r.requests_completed, r.requests_submitted),
                fmt::format("{}/{}", r.requests_refused, r.requests_failed - r.requests_refused),
@@ -253,13 +258,16 @@ int run_serving_bench(const BenchArgs& args) {
                ms(r.itl_s), rate_cell(compared(r), ratio(r.output_tokens_per_s, paged.output_tokens_per_s), 2),
                ratio(r.mean_batch_size, paged.mean_batch_size), roof_rate(i),
                rate_cell(r.all_completed(), ratio(r.output_tokens_per_s, roof_rate(i)), 2),
+               rate_cell(r.all_completed(), r.generation_tokens_per_s, 1),
+               rate_cell(r.all_completed(), ratio(r.generation_tokens_per_s, roof_rate(i)), 2),
                roofs[i].bandwidth_bound() ? "bandwidth" : "compute");
   }
   fmt::print("\ntok/s: generated tokens over the makespan; batch: mean requests per decode step; peak MiB: KV pages "
              "in use (contiguous: reserved) at the worst step;\nfrag99: p99 over steps of 1 - live / allocated "
              "slots; preempt: by recompute (r) and swap (s); ratios (x) against paged-fp16;\nroof tok/s: the mean "
              "batch over the roofline's step time, max(bytes a step reads (weights + mean stored KV) / copy "
-             "bandwidth,\nFLOPs / GEMM rate); x roof: tok/s over it; bound: which of the two is larger. ref/fail: "
+             "bandwidth,\nFLOPs / GEMM rate); x roof: tok/s over it; tg tok/s: decode tokens over the steps' time "
+             "outside prefill; tg roof: tg tok/s over the roofline;\nbound: which of the two is larger. ref/fail: "
              "requests refused at submission / failed while running;\n'-': the configuration did not complete every "
              "request, so its rates cover only part of the workload and are not compared.\n");
   for (const ServingResult& r : results) {
@@ -291,6 +299,9 @@ int run_serving_bench(const BenchArgs& args) {
           {"output_tokens_per_s", comparable_json(r.all_completed(), r.output_tokens_per_s)},
           {"requests_per_s", comparable_json(r.all_completed(), r.requests_per_s)},
           {"partial_output_tokens_per_s", r.output_tokens_per_s},
+          {"decode_tokens", r.decode_tokens},
+          {"generation_s", r.generation_s},
+          {"generation_tokens_per_s", comparable_json(r.all_completed(), r.generation_tokens_per_s)},
           {"mean_batch_size", r.mean_batch_size},
           {"max_batch_seen", r.max_batch_seen},
           {"peak_kv_bytes", r.peak_kv_bytes},
@@ -310,7 +321,8 @@ int run_serving_bench(const BenchArgs& args) {
           {"steps", r.steps},
           {"decode_steps", r.decode_steps},
           {"roofline", roofline_json(mean_decode_step_work(c, r), roofs[i], roof_rate(i),
-                                     comparable_json(r.all_completed(), ratio(r.output_tokens_per_s, roof_rate(i))))},
+                                     comparable_json(r.all_completed(), ratio(r.output_tokens_per_s, roof_rate(i))),
+                                     comparable_json(r.all_completed(), ratio(r.generation_tokens_per_s, roof_rate(i))))},
           {"ratios_vs_paged_fp16",
            {{"output_tokens_per_s", comparable_json(compared(r), ratio(r.output_tokens_per_s, paged.output_tokens_per_s))},
             {"requests_per_s", comparable_json(compared(r), ratio(r.requests_per_s, paged.requests_per_s))},

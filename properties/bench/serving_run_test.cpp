@@ -94,6 +94,13 @@ TEST(ServingRun, NothingLostAndTheCountsAddUp) {
     EXPECT_GE(r.ttft_s.p50, 0.0);
     EXPECT_GT(r.output_tokens_per_s, 0.0);
     EXPECT_LE(r.makespan_s, r.wall_s + r.skipped_idle_s + 1e-9);
+    // Generation: every token but each request's first comes from a decode step (fewer when a
+    // preemption by recompute gives one from a prefill again), timed inside the run.
+    EXPECT_LE(r.decode_tokens, asked - 24);
+    EXPECT_GT(r.decode_tokens, (asked - 24) / 2);
+    EXPECT_GT(r.generation_s, 0.0);
+    EXPECT_LE(r.generation_s, r.wall_s);
+    EXPECT_DOUBLE_EQ(r.generation_tokens_per_s, static_cast<double>(r.decode_tokens) / r.generation_s);
     // The roofline's inputs: the weights a step reads, and the stored KV at its decode steps.
     EXPECT_EQ(r.weight_bytes, decode_weight_bytes(probe->weights));
     EXPECT_GT(r.mean_kv_slots, 0.0);

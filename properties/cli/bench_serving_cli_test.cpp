@@ -54,6 +54,9 @@ void expect_sane(const json& j, std::int64_t requests) {
                 1e-9 * roof.at("predicted_tokens_per_s").get<double>());
     EXPECT_NEAR(roof.at("achieved_fraction").get<double>(),
                 row.at("output_tokens_per_s").get<double>() / roof.at("predicted_tokens_per_s").get<double>(), 1e-9);
+    EXPECT_NEAR(roof.at("generation_fraction").get<double>(),
+                row.at("generation_tokens_per_s").get<double>() / roof.at("predicted_tokens_per_s").get<double>(), 1e-9);
+    EXPECT_GT(row.at("generation_tokens_per_s").get<double>(), 0.0);
     EXPECT_EQ(row.at("output_tokens"), row.at("tokens_requested"));
     const double frag = row.at("fragmentation_p99");
     EXPECT_GE(frag, 0.0);
@@ -124,6 +127,8 @@ TEST(BenchServingCli, RefusedOrFailedRequestsGetNoThroughput) {
     EXPECT_TRUE(row.at("output_tokens_per_s").is_null());
     EXPECT_TRUE(row.at("requests_per_s").is_null());
     EXPECT_TRUE(row.at("roofline").at("achieved_fraction").is_null());
+    EXPECT_TRUE(row.at("roofline").at("generation_fraction").is_null());
+    EXPECT_TRUE(row.at("generation_tokens_per_s").is_null());
     EXPECT_TRUE(row.at("ratios_vs_paged_fp16").at("output_tokens_per_s").is_null());
     EXPECT_GT(row.at("partial_output_tokens_per_s").get<double>(), 0.0);
   };
