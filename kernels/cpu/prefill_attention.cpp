@@ -1,17 +1,31 @@
 // Tiled causal prefill attention with column sums, CPU twin. Each worker thread takes a
 // contiguous range of query heads and allocates its scratch once: the score tile, the running
 // max and sum of the query tile, and (pass two only) the lse of every row of the head.
+// The tile loops are compiled twice (baseline x86-64, and AVX2 + F16C chosen at run time) with the
+// same operations lane for lane (kernels/cpu/prefill_attention_tiles.inc), and give the bits of
+// the scalar loops below, which they keep for heads whose head_dim is not whole lanes
+// (properties/kernels/prefill_attention_isa_props.cpp).
 #include "kernels/cpu/prefill_attention.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/parallel_for.h"
 #include "kernels/cpu/row_ops.h"
 #include "reference/errors.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define KVCHECK_PREFILL_HAS_AVX2 1
+#endif
+
+// Lanes values only cross always-inline functions, so the AVX argument-passing ABI note is moot.
+#pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace kvcheck {
 namespace {
@@ -105,6 +119,9 @@ Scratch make_scratch(const PrefillAttentionInput& in, bool pass_two) {
   return s;
 }
 
+// The scalar tile loops: any head_dim, one element at a time.
+namespace scalar {
+
 // Scores of query rows [i0, i0 + nq) against key rows [j0, j0 + nk), causal pairs only (j <= i);
 // row r of the tile at scores + r * tile.
 void score_tile(const HeadView& hv, std::int64_t i0, std::int64_t nq, std::int64_t j0, std::int64_t nk,
@@ -194,6 +211,45 @@ void attend_head(const PrefillAttentionInput& in, const PrefillAttentionOutput& 
   }
 }
 
+}  // namespace scalar
+
+// Eight floats; on a baseline x86-64 target GCC lowers each operation to two SSE instructions,
+// under target("avx2") to one. Lane l only ever meets lane l, so both give the same bits.
+typedef float Lanes __attribute__((vector_size(32)));
+typedef float Lanes4 __attribute__((vector_size(16)));
+
+#define KVCHECK_ALWAYS_INLINE inline __attribute__((always_inline))
+
+namespace portable {
+#include "kernels/cpu/prefill_attention_tiles.inc"
+}  // namespace portable
+
+#if defined(KVCHECK_PREFILL_HAS_AVX2)
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,f16c"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,f16c")
+#endif
+namespace avx2 {
+#include "kernels/cpu/prefill_attention_tiles.inc"
+}  // namespace avx2
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#endif
+
+void attend_head(const PrefillAttentionInput& in, const PrefillAttentionOutput& out, std::int64_t h, Scratch& s,
+                 LinearIsa isa) {
+#if defined(KVCHECK_PREFILL_HAS_AVX2)
+  if (isa == LinearIsa::kAvx2) return avx2::attend_head(in, out, h, s);
+#endif
+  (void)isa;
+  portable::attend_head(in, out, h, s);
+}
+
 }  // namespace
 
 void check_prefill_attention(const PrefillAttentionInput& in, const PrefillAttentionOutput& out) { validate(in, out); }
@@ -203,8 +259,18 @@ std::int64_t prefill_attention_scratch_bytes(const PrefillAttentionInput& in, bo
   return worker_count(in) * scratch_floats_per_worker(in, column_sums) * static_cast<std::int64_t>(sizeof(float));
 }
 
+LinearIsa prefill_attention_isa() { return linear_rows_isa(); }
+
 void prefill_attention(const PrefillAttentionInput& in, const PrefillAttentionOutput& out) {
+  prefill_attention(in, out, prefill_attention_isa());
+}
+
+void prefill_attention(const PrefillAttentionInput& in, const PrefillAttentionOutput& out, LinearIsa isa) {
   validate(in, out);
+  if (!linear_isa_available(isa)) {
+    throw std::invalid_argument(std::string("prefill_attention: ISA ") + linear_isa_name(isa) +
+                                " is not available on this CPU");
+  }
   const bool pass_two = !out.column_sums.empty() || !out.window_sums.empty();
   const std::int64_t workers = worker_count(in);
   std::atomic<std::int64_t> allocated{0};
@@ -212,7 +278,7 @@ void prefill_attention(const PrefillAttentionInput& in, const PrefillAttentionOu
     Scratch s = make_scratch(in, pass_two);
     allocated += static_cast<std::int64_t>(s.buffer.capacity() * sizeof(float));
     const std::int64_t h_begin = w * in.n_heads / workers, h_end = (w + 1) * in.n_heads / workers;
-    for (std::int64_t h = h_begin; h < h_end; ++h) attend_head(in, out, h, s);
+    for (std::int64_t h = h_begin; h < h_end; ++h) attend_head(in, out, h, s, isa);
   });
   if (out.scratch_bytes != nullptr) *out.scratch_bytes = allocated.load();
 }

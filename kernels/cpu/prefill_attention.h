@@ -16,6 +16,8 @@
 #include <cstdint>
 #include <span>
 
+#include "kernels/cpu/dense_ops.h"  // LinearIsa
+
 namespace kvcheck {
 
 struct PrefillAttentionInput {
@@ -37,7 +39,13 @@ struct PrefillAttentionOutput {
 
 // GQA: query head h reads kv head h / (n_heads / n_kv_heads). Key j is visible to query i iff
 // j <= i. Float accumulation. InputError (naming the field) for bad shapes or span sizes.
+// The tile loops run in the ISA prefill_attention_isa() picks (AVX2 + F16C where the CPU has them,
+// else the baseline build); the overload taking `isa` runs the one asked for (std::invalid_argument
+// where this CPU lacks it). Every ISA and thread count gives the same bits: the same float
+// operations per element in the same order, without FMA (docs/design.md §9).
 void prefill_attention(const PrefillAttentionInput& in, const PrefillAttentionOutput& out);
+void prefill_attention(const PrefillAttentionInput& in, const PrefillAttentionOutput& out, LinearIsa isa);
+LinearIsa prefill_attention_isa();
 
 // The checks prefill_attention makes before computing (the CUDA version makes them too).
 void check_prefill_attention(const PrefillAttentionInput& in, const PrefillAttentionOutput& out);

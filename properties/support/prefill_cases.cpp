@@ -11,13 +11,13 @@
 
 namespace kvcheck::testing {
 
-PrefillCase draw_prefill_case() {
+PrefillCase draw_prefill_case(const std::vector<std::int64_t>& head_dims) {
   PrefillCase c;
   PrefillAttentionInput& in = c.in;
   in.tokens = *rc::gen::inRange<std::int64_t>(1, 301);
   in.n_kv_heads = *rc::gen::element<std::int64_t>(1, 2);
   in.n_heads = in.n_kv_heads * *rc::gen::element<std::int64_t>(1, 2, 4);
-  in.head_dim = *rc::gen::element<std::int64_t>(4, 8, 16, 32);
+  in.head_dim = *rc::gen::elementOf(head_dims);
   in.tile = *rc::gen::element<std::int64_t>(1, 3, 16, 64);
   const std::int64_t window = *rc::gen::element<std::int64_t>(0, 1, 7, 32, -1);
   in.window = window < 0 ? in.tokens + 5 : window;

@@ -19,7 +19,8 @@ struct PrefillCase {
   std::string summary;
 };
 
-PrefillCase draw_prefill_case();
+// head_dims: the head sizes drawn from (the ISA properties add whole-lane sizes up to 128).
+PrefillCase draw_prefill_case(const std::vector<std::int64_t>& head_dims = {4, 8, 16, 32});
 
 // Relative float tolerance of head h's outputs and column sums (derivation in prefill_cases.cpp);
 // it grows with the number of online-softmax rescales, tokens / in.tile + 1.
