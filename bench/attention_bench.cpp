@@ -7,9 +7,12 @@
 //                                vs_copy_bw is that over the STREAM-like copy bandwidth (Google
 //                                Benchmark prints it with a "/s" suffix: it is a rate over a
 //                                constant rate, a plain ratio in the JSON).
-//   BM_PrefillAttention/<tokens> prefill attention with column sums: FLOP/s (pass one 2 T² d,
-//                                pass two T² d per head, causal halves included) and vs_gemm,
-//                                that over Eigen's float GEMM rate.
+//   BM_PrefillAttention/<tokens> prefill attention with column sums (8 query heads, 2 kv heads,
+//                                head_dim 128, one thread): prompt tokens/s, FLOP/s (pass one
+//                                2 T² d, pass two T² d per head, causal halves included) and
+//                                vs_gemm, that over Eigen's float GEMM rate; in the ISA
+//                                prefill_attention_isa() picks, and .../portable in the baseline
+//                                x86-64 build of the same kernel, as its side-by-side baseline.
 //   BM_LinearRows / BM_EigenGemm the decode projection (kernels/cpu/dense_ops.h) and Eigen's
 //                                GEMM on the same shape: FLOP/s and vs_gemm.
 //   BM_DecodeAttentionCuda/<tiers>/ctx:C/batch:B   (a CUDA build with a device) the CUDA kernel
@@ -246,8 +249,7 @@ void BM_DecodeAttentionCuda(benchmark::State& state, CudaCase c) {
       t.decode_seconds, bytes, t.copy_bytes_per_s};
 }
 
-void BM_PrefillAttention(benchmark::State& state) {
-  const std::int64_t tokens = state.range(0);
+void BM_PrefillAttention(benchmark::State& state, std::int64_t tokens, LinearIsa isa) {
   constexpr std::int64_t kQHeads = 8, kKvHeads = 2;
   const std::vector<float> q = normal(tokens * kQHeads * kHeadDim, 3);
   const std::vector<float> k = normal(tokens * kKvHeads * kHeadDim, 4);
@@ -263,7 +265,7 @@ void BM_PrefillAttention(benchmark::State& state) {
   in.k = k;
   in.v = v;
   for (auto _ : state) {
-    prefill_attention(in, PrefillAttentionOutput{out, columns});
+    prefill_attention(in, PrefillAttentionOutput{out, columns}, isa);
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
@@ -271,6 +273,7 @@ void BM_PrefillAttention(benchmark::State& state) {
   // and 2d more for pass two's recomputed QKᵀ.
   const double flops = 3.0 * static_cast<double>(tokens * tokens) * static_cast<double>(kHeadDim) *
                        static_cast<double>(kQHeads);
+  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsIterationInvariantRate);
   state.counters["FLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["vs_gemm"] = benchmark::Counter(flops / eigen_gemm_flops_per_s(), benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -387,7 +390,15 @@ void register_all() {
           ->Unit(benchmark::kMicrosecond);
     }
   }
-  benchmark::RegisterBenchmark("BM_PrefillAttention", BM_PrefillAttention)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecond);
+  for (const std::int64_t tokens : {512, 1024}) {
+    const std::string name = "BM_PrefillAttention/" + std::to_string(tokens);
+    benchmark::RegisterBenchmark(name.c_str(), BM_PrefillAttention, tokens, prefill_attention_isa())
+        ->Unit(benchmark::kMillisecond);
+    if (prefill_attention_isa() != LinearIsa::kPortable) {
+      benchmark::RegisterBenchmark((name + "/portable").c_str(), BM_PrefillAttention, tokens, LinearIsa::kPortable)
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
   for (auto* bm : {benchmark::RegisterBenchmark("BM_LinearRows", BM_LinearRows),
                    benchmark::RegisterBenchmark("BM_EigenGemm", BM_EigenGemm)}) {
     bm->Args({32, 128, 384})->Args({32, 4096, 4096})->Unit(benchmark::kMicrosecond);

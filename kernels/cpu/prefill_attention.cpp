@@ -232,7 +232,9 @@ namespace portable {
 #pragma GCC target("avx2,f16c")
 #endif
 namespace avx2 {
+#define KVCHECK_PREFILL_AVX2 1
 #include "kernels/cpu/prefill_attention_tiles.inc"
+#undef KVCHECK_PREFILL_AVX2
 }  // namespace avx2
 #if defined(__clang__)
 #pragma clang attribute pop
