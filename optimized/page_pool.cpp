@@ -88,6 +88,15 @@ void PagePool::release(PageId id) {
   if (config_.backing && config_.poison) std::ranges::fill(bytes(id), kPoison);
 }
 
+void PagePool::copy_page(PageId from, PageId to) {
+  if (owner(from).tier != owner(to).tier) {
+    throw std::logic_error(fmt::format("page pool: copy of page {} (tier {}) to page {} (tier {})", from,
+                                       owner(from).tier, to, owner(to).tier));
+  }
+  std::copy(mask(from), mask(from) + words_, mask(to));
+  if (config_.backing) std::ranges::copy(bytes(from), bytes(to).begin());
+}
+
 bool PagePool::live(PageId id, std::int64_t slot) const {
   const auto s = static_cast<std::size_t>(slot);
   return (mask(id)[s / kMaskBits] >> (s % kMaskBits)) & 1U;

@@ -72,6 +72,9 @@ class PagePool {
   void format(PageId id, const PageOwner& owner);
   // Returns a page to the free state: no owner, every slot dead, poisoned when poison is on.
   void release(PageId id);
+  // Copy-on-write of a shared page: `to` (formatted for the same tier) gets `from`'s live mask
+  // and every byte (codes, per-slot, per-page and per-group metadata), so it reads identically.
+  void copy_page(PageId from, PageId to);
   const PageOwner& owner(PageId id) const { return owners_[static_cast<std::size_t>(id)]; }
 
   bool live(PageId id, std::int64_t slot) const;

@@ -74,4 +74,10 @@ PageId PageTable::erase(int tier, std::int64_t i) {
   return id;
 }
 
+PageId PageTable::replace(int tier, std::int64_t i, PageId id) {
+  const PageId old = at(tier, i);
+  entries_[static_cast<std::size_t>(index(tier, i))] = id;
+  return old;
+}
+
 }  // namespace kvcheck

@@ -61,6 +61,8 @@ class PageTable {
   // Removes the i-th page of a tier, the pages after it moving one place toward the outer end
   // (free-block: an emptied page in the middle of a side); returns it.
   PageId erase(int tier, std::int64_t i);
+  // Puts `id` in place of the i-th page of a tier (copy-on-write); returns the page it replaces.
+  PageId replace(int tier, std::int64_t i, PageId id);
   void clear();
 
  private:

@@ -23,6 +23,7 @@ UnifiedPageManager::UnifiedPageManager(PageManagerConfig config)
     throw input_error("page manager", "kv_heads", "must be in [1, {}], got {}", INT32_MAX, config_.kv_heads);
   }
   table_length_ = PageTable::length_for(config_.max_seq_len, pool_.tokens_per_page(kHighTier));
+  extra_refs_.assign(static_cast<std::size_t>(config_.pool.pages), 0);
 }
 
 // ---- lookups --------------------------------------------------------------------------------
@@ -97,6 +98,20 @@ std::optional<SlotRef> UnifiedPageManager::free_slot(const HeadState& h, int tie
     if (s >= 0) return SlotRef{tier, i, s};
   }
   return std::nullopt;
+}
+
+std::int64_t UnifiedPageManager::refcount(PageId id) const {
+  if (id < 0 || id >= list_.pool_size()) throw std::out_of_range(fmt::format("page manager: page {} out of range", id));
+  return pool_.owner(id).free() ? 0 : 1 + extra_refs_[static_cast<std::size_t>(id)];
+}
+
+bool UnifiedPageManager::holds_shared(const HeadState& h) const {
+  for (int tier : {kHighTier, kLowTier}) {
+    for (std::int64_t i = 0; i < h.table.count(tier); ++i) {
+      if (extra_refs_[static_cast<std::size_t>(h.table.at(tier, i))] > 0) return true;
+    }
+  }
+  return false;
 }
 
 void UnifiedPageManager::record(const CompactionRoundStats& s) {
@@ -271,6 +286,9 @@ UnifiedPageManager::HeadStep UnifiedPageManager::resolve_step(const DecodeHead& 
   const std::string where = h.table.key().where();
   if (!requests_.at(op.head.request).prompted) throw input_error(where, "decode step", "the prompt phase has not run");
   const StepDecision& d = op.decision;
+  if ((d.evict || d.demote || d.flush) && holds_shared(h)) {
+    throw input_error(where, "decode step", "the head holds shared pages: it only appends (no evict, demote or flush)");
+  }
   if (d.flush && (d.evict || d.demote)) {
     throw input_error(where, "flush", "moves every high token to low; it takes no victim or demotion");
   }
@@ -341,6 +359,56 @@ void UnifiedPageManager::plan_flush(HeadStep& s) const {
   s.new_pages[kLowTier] = std::max<std::int64_t>(
       0, pages_for(h.live[kLowTier] + h.live[kHighTier], pool_.tokens_per_page(kLowTier)) - h.table.count(kLowTier));
   for (std::int64_t i = 1; i < h.table.count(kHighTier); ++i) s.drop.push_back(PageRef{kHighTier, i});
+}
+
+// The page each step's new token goes to, when it is a shared one the head holds: copied first.
+// An op whose page the earlier ops of the step copy down to one reference writes it in place.
+void UnifiedPageManager::plan_copies(std::vector<HeadStep>& steps) {
+  std::map<PageId, std::int32_t> copied;
+  for (HeadStep& s : steps) {
+    if (!holds_shared(*s.head)) continue;
+    const PageTable& t = s.head->table;
+    std::optional<std::int64_t> index;
+    if (!s.append_at) {
+      if (const std::optional<SlotRef> slot = free_slot(*s.head, kHighTier)) index = slot->page_index;
+    } else if (s.append_at->first != kNoPage) {
+      index = t.count(kHighTier) - 1;
+    }
+    if (!index) continue;
+    const PageId id = t.at(kHighTier, *index);
+    if (extra_refs_[static_cast<std::size_t>(id)] - copied[id] > 0) {
+      s.copy = index;
+      copied[id] += 1;
+    }
+  }
+}
+
+// The copies, in a round of their own (the new pages in op order), then the counts.
+void UnifiedPageManager::copy_on_write(std::vector<HeadStep>& steps) {
+  std::vector<std::int64_t> allocate(steps.size(), 0);
+  std::vector<PageId> from(steps.size(), kNoPage);
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    if (!steps[i].copy) continue;
+    allocate[i] = 1;
+    from[i] = steps[i].head->table.at(kHighTier, *steps[i].copy);
+  }
+  if (std::none_of(allocate.begin(), allocate.end(), [](std::int64_t a) { return a > 0; })) return;
+  const std::vector<std::int64_t> none(steps.size(), 0);
+  record(kvcheck::compaction_round(list_, allocate, none, config_.compaction, [&](std::int64_t k, std::int64_t at, std::int64_t) {
+    HeadStep& s = steps[static_cast<std::size_t>(k)];
+    if (!s.copy) return;
+    const PageId id = list_.id_at(at);
+    const PageId old = from[static_cast<std::size_t>(k)];
+    pool_.format(id, PageOwner{s.head->table.key(), kHighTier});
+    pool_.copy_page(old, id);
+    s.head->table.replace(kHighTier, *s.copy, id);
+    if (s.append_at && s.append_at->first == old) s.append_at->first = id;
+  }));
+  for (PageId id : from) {
+    if (id == kNoPage) continue;
+    extra_refs_[static_cast<std::size_t>(id)] -= 1;
+    cow_copies_ += 1;
+  }
 }
 
 void UnifiedPageManager::move_to_low(HeadState& h, PageId from, std::int64_t slot) {
@@ -417,6 +485,14 @@ void UnifiedPageManager::decode_step(std::span<const DecodeHead> heads) {
     recycle[i] = static_cast<std::int64_t>(steps[i].drop.size());
     if (allocate[i] > 0) steps[i].head->table.require_room(allocate[i]);
   }
+  plan_copies(steps);
+  if (std::any_of(steps.begin(), steps.end(), [](const HeadStep& s) { return s.copy.has_value(); })) {
+    // Both rounds are checked before either runs.
+    std::int64_t need = 0;
+    for (std::size_t i = 0; i < steps.size(); ++i) need += allocate[i] + (steps[i].copy ? 1 : 0);
+    if (need > list_.free_count()) throw PoolExhausted("decode step", need, list_.free_count());
+    copy_on_write(steps);
+  }
   record(kvcheck::compaction_round(list_, allocate, recycle, config_.compaction, [&](std::int64_t k, std::int64_t at,
                                                                              std::int64_t to) {
     apply_step(steps[static_cast<std::size_t>(k)], at, to);
@@ -440,13 +516,19 @@ void UnifiedPageManager::repack() {
   const auto n = static_cast<std::int64_t>(heads.size());
   std::vector<std::int64_t> recycle(heads.size(), 0);
   const std::vector<std::int64_t> none(heads.size(), 0);
+  std::vector<char> shared(heads.size(), 0);  // heads that hold a shared page stay as they are
   for_each_head(n, config_.compaction, [&](std::int64_t k) {
     const HeadState& h = *heads[static_cast<std::size_t>(k)];
+    if (holds_shared(h)) {
+      shared[static_cast<std::size_t>(k)] = 1;
+      return;
+    }
     const TierDemand demand[2] = {{h.live[0], h.table.count(kHighTier), tpp[0]},
                                   {h.live[1], h.table.count(kLowTier), tpp[1]}};
     recycle[static_cast<std::size_t>(k)] = plan_head(demand, /*convertible=*/false).recycle;
   });
   record(kvcheck::compaction_round(list_, none, recycle, config_.compaction, [&](std::int64_t k, std::int64_t, std::int64_t to) {
+    if (shared[static_cast<std::size_t>(k)]) return;
     HeadState& h = *heads[static_cast<std::size_t>(k)];
     std::int64_t written = 0;
     for (int tier : {kHighTier, kLowTier}) {
@@ -477,13 +559,24 @@ void UnifiedPageManager::release(std::int64_t request) {
   RequestState& r = request_state(request, "release");
   std::vector<std::int64_t> recycle(r.heads.size());
   const std::vector<std::int64_t> none(r.heads.size(), 0);
-  for (std::size_t k = 0; k < r.heads.size(); ++k) recycle[k] = r.heads[k].table.used();
+  // A shared page's count drops; it returns to the list when no other table lists it. The heads
+  // of one request list distinct pages (sharing pairs a head with the same head of another).
+  for (std::size_t k = 0; k < r.heads.size(); ++k) {
+    const PageTable& t = r.heads[k].table;
+    for (int tier : {kHighTier, kLowTier}) {
+      for (std::int64_t i = 0; i < t.count(tier); ++i) recycle[k] += extra_refs_[static_cast<std::size_t>(t.at(tier, i))] == 0;
+    }
+  }
   record(kvcheck::compaction_round(list_, none, recycle, config_.compaction, [&](std::int64_t k, std::int64_t, std::int64_t to) {
     HeadState& h = r.heads[static_cast<std::size_t>(k)];
     std::int64_t written = 0;
     for (int tier : {kHighTier, kLowTier}) {
       for (std::int64_t i = 0; i < h.table.count(tier); ++i) {
         const PageId id = h.table.at(tier, i);
+        if (extra_refs_[static_cast<std::size_t>(id)] > 0) {
+          extra_refs_[static_cast<std::size_t>(id)] -= 1;
+          continue;
+        }
         list_.put_at(to + written++, id);
         pool_.release(id);
       }
@@ -495,6 +588,38 @@ void UnifiedPageManager::release(std::int64_t request) {
 }
 
 void UnifiedPageManager::finish(std::int64_t request) { release(request); }
+
+void UnifiedPageManager::share_prefix(std::int64_t from, std::int64_t to, std::int64_t tokens) {
+  const std::string where = fmt::format("share_prefix from request {} to request {}", from, to);
+  RequestState& source = request_state(from, "share_prefix");
+  RequestState& target = request_state(to, "share_prefix");
+  if (from == to) throw input_error(where, "to", "a request cannot share with itself");
+  if (!source.prompted) throw input_error(where, "from", "the prompt phase has not run");
+  if (target.prompted) throw input_error(where, "to", "already prompted");
+  if (tokens <= 0) throw input_error(where, "tokens", "must be positive, got {}", tokens);
+  const std::int64_t pages = pages_for(tokens, pool_.tokens_per_page(kHighTier));
+  for (const HeadState& h : source.heads) {
+    std::int64_t live = 0;
+    for (std::int64_t i = 0; i < std::min(pages, h.table.count(kHighTier)); ++i) {
+      live += pool_.live_count(h.table.at(kHighTier, i));
+    }
+    if (h.table.count(kHighTier) < pages || live != tokens) {
+      throw input_error(h.table.key().where(), "share_prefix",
+                        "its first {} high page(s) (of {}) hold {} live tokens, not the {} shared", pages,
+                        h.table.count(kHighTier), live, tokens);
+    }
+  }
+  for (std::size_t k = 0; k < source.heads.size(); ++k) {
+    HeadState& h = target.heads[k];
+    for (std::int64_t i = 0; i < pages; ++i) {
+      const PageId id = source.heads[k].table.at(kHighTier, i);
+      h.table.push(kHighTier, id);
+      extra_refs_[static_cast<std::size_t>(id)] += 1;
+    }
+    h.live[kHighTier] = tokens;
+  }
+  target.prompted = true;
+}
 
 void UnifiedPageManager::preempt(std::int64_t request) {
   release(request);
@@ -526,6 +651,11 @@ PageManagerStats UnifiedPageManager::stats() const {
   s.compaction_rounds = rounds_;
   s.compaction_seconds = compaction_seconds_;
   s.preemptions = preemptions_;
+  for (std::int32_t extra : extra_refs_) {
+    s.shared_pages += extra > 0;
+    s.shared_references += extra;
+  }
+  s.cow_copies = cow_copies_;
   return s;
 }
 

@@ -18,7 +18,19 @@
 //                  recycled in the round) and by SpvLLM's free-block and sparse-copy strategies;
 //   repack         per head and tier, live slots move into the outermost ceil(live / tpp) pages
 //                  and the emptied pages are recycled;
-//   finish/preempt every page of the request returns to the free list.
+//   finish/preempt every page of the request returns to the free list (a shared one: its count
+//                  drops, and it returns when no table lists it any more);
+//   share_prefix   copy-on-write sharing (vLLM's fork / prefix reuse over these pages): an admitted,
+//                  not yet prompted request takes, per head, references to the first
+//                  ceil(tokens / a) high pages of another's same head (its full pages and its
+//                  partly filled last one, which must hold exactly `tokens` live slots), no copy.
+//                  A page's reference count (refcount) is the table entries that list it; a
+//                  shared page (count > 1) is never written: a head that holds one only appends
+//                  (no evict, demote or flush: sharing is for prefix-closed policies), and when
+//                  its new token's slot is in a shared page, that page is first copied (bytes and
+//                  live mask) to a fresh page that replaces it in this head's table alone, in a
+//                  round of its own before the step's round. Repack skips a head that holds a
+//                  shared page (compaction never moves or recycles a page another table lists).
 //
 // Every operation validates first and changes nothing when it fails: InputError for bad input or
 // a page table that would overflow (naming request / layer / head), PoolExhausted when the free
@@ -110,6 +122,11 @@ struct PageManagerStats {
   std::int64_t compaction_rounds = 0;
   double compaction_seconds = 0.0;      // coordination and copy, all rounds
   std::int64_t preemptions = 0;
+  // Sharing: tier pages above count table entries, so a page two tables list counts twice;
+  // free_pages + pages - shared_references = pool_pages.
+  std::int64_t shared_pages = 0;       // pages listed by more than one table
+  std::int64_t shared_references = 0;  // table entries beyond a page's first (sum of count - 1)
+  std::int64_t cow_copies = 0;         // copy-on-write copies, all steps
 };
 
 class UnifiedPageManager {
@@ -126,6 +143,9 @@ class UnifiedPageManager {
   void repack();
   void finish(std::int64_t request);
   void preempt(std::int64_t request);
+  void share_prefix(std::int64_t from, std::int64_t to, std::int64_t tokens);
+  // The table entries that list a page (0: free).
+  std::int64_t refcount(PageId id) const;
 
   bool has_request(std::int64_t request) const { return requests_.contains(request); }
   bool prompted(std::int64_t request) const;
@@ -165,6 +185,7 @@ class UnifiedPageManager {
   const HeadState& head_state(std::int64_t request, std::int32_t layer, std::int32_t head,
                               const char* operation) const;
   void record(const CompactionRoundStats& s);
+  bool holds_shared(const HeadState& h) const;
   void release(std::int64_t request);
   // The first dead slot of a tier's pages, in table order; nullopt when all are live.
   std::optional<SlotRef> free_slot(const HeadState& h, int tier) const;
@@ -191,6 +212,8 @@ class UnifiedPageManager {
     // The new token's slot: nullopt, the first dead high slot once the other tokens have moved;
     // otherwise a page and slot (kNoPage: the new high page, whose slot 0 it takes).
     std::optional<std::pair<PageId, std::int64_t>> append_at;
+    // Copy-on-write: the index of the shared high page the new token goes to, copied first.
+    std::optional<std::int64_t> copy;
     std::int64_t allocate() const { return new_pages[kHighTier] + new_pages[kLowTier]; }
   };
   // Validation of one head's part of a step; its decision resolved to slots.
@@ -202,6 +225,10 @@ class UnifiedPageManager {
   void plan_flush(HeadStep& s) const;
   // Carries out a plan: `at` and `to` are the head's allocation and recycling positions in the round.
   void apply_step(HeadStep& s, std::int64_t at, std::int64_t to);
+  // Copy-on-write for a step: the high page each head's new token goes to, copied first when it
+  // is shared (HeadStep::copy), in a round before the step's.
+  void plan_copies(std::vector<HeadStep>& steps);
+  void copy_on_write(std::vector<HeadStep>& steps);
   // Moves a live high slot into the first dead low slot.
   void move_to_low(HeadState& h, PageId from, std::int64_t slot);
 
@@ -215,6 +242,8 @@ class UnifiedPageManager {
   std::int64_t rounds_ = 0;
   double compaction_seconds_ = 0.0;
   std::int64_t preemptions_ = 0;
+  std::vector<std::int32_t> extra_refs_;  // [pool pages] refcount - 1 of a listed page (0 unless shared)
+  std::int64_t cow_copies_ = 0;
 };
 
 }  // namespace kvcheck

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 namespace kvcheck {
 namespace {
@@ -84,6 +85,7 @@ std::pair<std::size_t, std::size_t> PageManagerModel::first_dead(ModelHead& h, i
 }
 
 void PageManagerModel::admit(std::int64_t request) {
+  lineage_.erase(request);
   ModelRequest r;
   r.heads.resize(static_cast<std::size_t>(heads_per_request()));
   requests_.emplace(request, std::move(r));
@@ -204,9 +206,36 @@ void PageManagerModel::decode_head(ModelHead& h, const ModelDecodeOp& op) {
   }
 }
 
+std::optional<std::size_t> PageManagerModel::append_page(const ModelHead& h, const ModelDecodeOp& op) const {
+  const std::vector<ModelPage>& high = h.pages[0];
+  if (op.slots == ModelSlots::kSlotReuse || op.flush) {  // the first dead high slot
+    for (std::size_t i = 0; i < high.size(); ++i) {
+      if (std::find(high[i].slots.begin(), high[i].slots.end(), kModelDead) != high[i].slots.end()) return i;
+    }
+    return std::nullopt;
+  }
+  if (high.empty()) return std::nullopt;  // after the last live slot of the last high page
+  const std::vector<std::int32_t>& slots = high.back().slots;
+  if (live_slot(slots.back())) return std::nullopt;
+  return high.size() - 1;
+}
+
 ModelOutcome PageManagerModel::decode(const std::vector<ModelDecodeOp>& ops) {
-  // The step runs on a copy, kept only when it fits.
+  for (const ModelDecodeOp& op : ops) {
+    if (holds_shared(head(op.request, op.layer, op.head)) && (op.evict || op.demote || op.flush)) {
+      return ModelOutcome::kRejected;
+    }
+  }
+  // The step runs on a copy, kept only when it fits. Copy-on-write first, in op order.
   PageManagerModel next = *this;
+  for (const ModelDecodeOp& op : ops) {
+    ModelHead& h = next.head(op.request, op.layer, op.head);
+    const std::optional<std::size_t> at = next.append_page(h, op);
+    if (!at || next.refcount(h.pages[0][*at].id) < 2) continue;
+    ModelPage& page = h.pages[0][*at];
+    page.id = next.take();
+    next.copies_ += 1;
+  }
   bool table_full = false;
   for (const ModelDecodeOp& op : ops) {
     ModelHead& h = next.head(op.request, op.layer, op.head);
@@ -232,15 +261,95 @@ void PageManagerModel::release(std::int64_t request) {
   ModelRequest& r = requests_.at(request);
   for (ModelHead& h : r.heads) {
     for (int tier : {0, 1}) {
-      for (const ModelPage& p : h.pages[tier]) give(p.id);
+      for (const ModelPage& p : h.pages[tier]) {
+        if (refcount(p.id) == 1) give(p.id);
+      }
     }
   }
   requests_.erase(request);
 }
 
+ModelOutcome PageManagerModel::share(std::int64_t from, std::int64_t to, std::int64_t tokens) {
+  const ModelRequest& source = requests_.at(from);
+  ModelRequest& target = requests_.at(to);
+  if (from == to || !source.prompted || target.prompted || tokens <= 0) return ModelOutcome::kRejected;
+  const auto pages = static_cast<std::size_t>(ceil_div(tokens, high_tpp_));
+  for (const ModelHead& h : source.heads) {
+    if (h.pages[0].size() < pages) return ModelOutcome::kRejected;
+    std::int64_t live = 0;
+    for (std::size_t i = 0; i < pages; ++i) {
+      live += std::count_if(h.pages[0][i].slots.begin(), h.pages[0][i].slots.end(), live_slot);
+    }
+    if (live != tokens) return ModelOutcome::kRejected;
+  }
+  for (std::size_t k = 0; k < target.heads.size(); ++k) {
+    const std::vector<ModelPage>& high = source.heads[k].pages[0];
+    target.heads[k].pages[0].assign(high.begin(), high.begin() + static_cast<std::ptrdiff_t>(pages));
+  }
+  target.prompt_len = tokens;
+  target.prompted = true;
+  target.next_position = source.next_position;
+  lineage_[to] = {from, source.next_position};
+  return ModelOutcome::kOk;
+}
+
+std::int64_t PageManagerModel::refcount(std::int32_t id) const {
+  std::int64_t n = 0;
+  for (const auto& [rid, r] : requests_) {
+    for (const ModelHead& h : r.heads) {
+      for (int tier : {0, 1}) {
+        n += std::count_if(h.pages[tier].begin(), h.pages[tier].end(), [&](const ModelPage& p) { return p.id == id; });
+      }
+    }
+  }
+  return n;
+}
+
+bool PageManagerModel::holds_shared(const ModelHead& h) const {
+  for (int tier : {0, 1}) {
+    for (const ModelPage& p : h.pages[tier]) {
+      if (refcount(p.id) > 1) return true;
+    }
+  }
+  return false;
+}
+
+std::int64_t PageManagerModel::writer(std::int64_t request, std::int32_t position) const {
+  for (auto it = lineage_.find(request); it != lineage_.end() && position < it->second.second;
+       it = lineage_.find(request)) {
+    request = it->second.first;
+  }
+  return request;
+}
+
+std::string PageManagerModel::sharing_violation() const {
+  std::map<std::int32_t, const ModelPage*> seen;  // the first listing of each page
+  for (const auto& [rid, r] : requests_) {
+    for (const ModelHead& h : r.heads) {
+      for (int tier : {0, 1}) {
+        for (const ModelPage& p : h.pages[tier]) {
+          const auto [it, first] = seen.emplace(p.id, &p);
+          if (!first && it->second->slots != p.slots) {
+            return "page " + std::to_string(p.id) + " is shared and its tables see different slots (a shared page was written)";
+          }
+        }
+      }
+    }
+  }
+  for (std::int32_t id : free_) {
+    if (seen.contains(id)) return "page " + std::to_string(id) + " is free and listed by a table";
+  }
+  if (static_cast<std::int64_t>(free_.size() + seen.size()) != pool_pages_) {
+    return std::to_string(free_.size()) + " free + " + std::to_string(seen.size()) + " listed pages in a pool of " +
+           std::to_string(pool_pages_);
+  }
+  return "";
+}
+
 void PageManagerModel::repack() {
   for (auto& [id, r] : requests_) {
     for (ModelHead& h : r.heads) {
+      if (holds_shared(h)) continue;
       for (int tier : {0, 1}) {
         std::vector<ModelPage>& pages = h.pages[tier];
         const auto keep = static_cast<std::size_t>(ceil_div(h.live_count(tier), tokens_per_page(tier)));

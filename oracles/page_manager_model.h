@@ -44,8 +44,26 @@
 //     the kept ones, and the others are recycled, high before low, each in table order.
 //   - Finish / preempt: every page of the request is recycled, head after head, high pages in
 //     table order then low pages in table order.
+//   - Sharing (copy-on-write pages): share(from, to, tokens) gives an admitted, not yet prompted
+//     request, per head, references to the first ceil(tokens / a) high pages of `from`'s same
+//     head (its full pages and its partly filled last one), which must hold exactly `tokens` live
+//     slots (else kRejected); no low pages. `to` is then prompted, its next position `from`'s.
+//     A page's reference count is the number of table entries that list it (refcount()):
+//       * a page is free (count 0, in the free run) or listed by >= 1 table, never both;
+//       * a shared page (count > 1) is never written: every table that lists it sees the same
+//         slots (sharing_violation() checks it);
+//       * a decode op on a head that holds a shared page only appends (an evict, demote or
+//         flush is kRejected); when the slot the new token takes is in a shared page, that page
+//         is first copied to a fresh page from the free run (copy-on-write), which replaces it
+//         in this head's table only, before any other page of the step is taken: the copies
+//         of a step are made first, in op order, and an op whose page the earlier ops of the
+//         step have copied down to one reference writes it in place. A copy needs no table room;
+//       * release gives back, in the usual order, only the pages whose count drops to 0;
+//       * repack (and sparse-copy's) leaves a head that holds a shared page as it is: compaction
+//         never moves or recycles a page another table still references.
 //   - Failures change nothing: kTableFull (a head would need more table entries than it has;
-//     checked first) or kPoolExhausted (more ids than are free).
+//     checked first), kPoolExhausted (more ids than are free) or kRejected (a share or an op on
+//     a shared head that is not allowed).
 #pragma once
 
 #include <cstdint>
@@ -53,6 +71,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -107,7 +126,7 @@ struct ModelDecodeOp {
   ModelSlots slots = ModelSlots::kSlotReuse;
 };
 
-enum class ModelOutcome { kOk, kPoolExhausted, kTableFull };
+enum class ModelOutcome { kOk, kPoolExhausted, kTableFull, kRejected };
 
 class PageManagerModel {
  public:
@@ -126,6 +145,16 @@ class PageManagerModel {
   ModelOutcome prompt(const std::vector<ModelPrompt>& batch);
   ModelOutcome decode(const std::vector<ModelDecodeOp>& ops);
   void release(std::int64_t request);  // finish or preempt
+  ModelOutcome share(std::int64_t from, std::int64_t to, std::int64_t tokens);
+  // The table entries that list a page (0: free).
+  std::int64_t refcount(std::int32_t id) const;
+  bool holds_shared(const ModelHead& h) const;
+  // The request whose token a request's position is (its own, or, for a position a share gave
+  // it, the sharer's, followed back). Kept for released requests.
+  std::int64_t writer(std::int64_t request, std::int32_t position) const;
+  // "" when the sharing invariants hold, else the first broken one.
+  std::string sharing_violation() const;
+  std::int64_t copies() const { return copies_; }  // copy-on-write copies made
   void repack();
   ModelHead& head(std::int64_t request, std::int64_t layer, std::int64_t head);
   const ModelHead& head(std::int64_t request, std::int64_t layer, std::int64_t head) const;
@@ -142,6 +171,11 @@ class PageManagerModel {
   std::pair<std::size_t, std::size_t> first_dead(ModelHead& h, int tier);
   void decode_head(ModelHead& h, const ModelDecodeOp& op);
   std::int64_t taken_ = 0;  // ids taken since construction (a step's demand, by difference)
+  // The page a decode op's new token goes to, when it is one the head holds: {tier 0 index}.
+  std::optional<std::size_t> append_page(const ModelHead& h, const ModelDecodeOp& op) const;
+  std::int64_t copies_ = 0;
+  // request -> (the request it shared from, the first position of its own); never erased.
+  std::map<std::int64_t, std::pair<std::int64_t, std::int32_t>> lineage_;
 
   std::int64_t pool_pages_, layers_, kv_heads_, high_tpp_, low_tpp_, max_seq_len_;
   std::deque<std::int32_t> free_;

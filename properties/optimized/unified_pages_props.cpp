@@ -2,10 +2,14 @@
 // the sequential model oracles/page_manager_model.h. Each case draws a small configuration and a
 // sequence of at least kMinCommands commands (admit, prompt phase with random per-head tier
 // choices, decode step with evict / demote / flush / append under each of SpvLLM's slot
-// strategies, repacking, finish, preempt) and runs it on
+// strategies, repacking, finish, preempt, and sharing: a new request taking references to another's
+// prefix pages, appends that copy a shared page first, releases that only drop a count) and runs it on
 // two engines at once, one in parallel compaction mode (threads forced on every round) and one in
 // sequential mode. After every command, for both engines:
-//   - every page id is in exactly one place (the free run or one table entry), free + used = pool;
+//   - every page id is free (in the free run, count 0) or listed by the tables as many times as
+//     its reference count, the model's; free + listed = pool (the model's sharing invariants hold);
+//   - a shared page is never written: each table that lists it sees the model's slots for it
+//     (the model keeps one copy per table, so a write through one table shows in the others);
 //   - the free run (ids from the start pointer, and the start pointer itself) is the model's: one
 //     contiguous circular run, and parallel compaction gives exactly the sequential model's pages;
 //   - every table lists the model's pages, high from the left and low from the right, with only
@@ -14,7 +18,7 @@
 //     every live slot's payload (position, score) is intact although free pages and dead slots
 //     are poisoned (0xFF: NaN score, position -1), which they are checked to be; live counts
 //     are the live slots;
-//   - a finished or preempted request owns nothing;
+//   - a finished or preempted request owns nothing another table does not still list;
 //   - a command the model rejects (pool exhausted, page table full) throws PoolExhausted /
 //     InputError and changes nothing.
 // A second property fills the pool until a prompt phase fails, checks nothing changed, preempts
@@ -96,6 +100,7 @@ void check_engine(const PageManagerModel& m, const UnifiedPageManager& e) {
     places[static_cast<std::size_t>(id)] += 1;
     RC_ASSERT(pool.owner(id).free());
     RC_ASSERT(pool.live_count(id) == 0);
+    RC_ASSERT(e.refcount(id) == 0);
     const std::span<const std::byte> bytes = pool.bytes(id);
     RC_ASSERT(std::all_of(bytes.begin(), bytes.end(), [](std::byte b) { return b == std::byte{0xFF}; }));
   }
@@ -103,8 +108,11 @@ void check_engine(const PageManagerModel& m, const UnifiedPageManager& e) {
   std::vector<std::int64_t> model_ids;
   for (const auto& [id, r] : m.requests()) model_ids.push_back(id);
   RC_ASSERT(e.requests() == model_ids);
+  const std::string sharing = m.sharing_violation();
+  if (!sharing.empty()) RC_FAIL("model: " + sharing);
   std::int64_t used = 0;
   for (const auto& [id, r] : m.requests()) {
+    const bool sharer = m.writer(id, -1) != id;  // its table lists pages another request formatted
     for (std::int64_t l = 0; l < m.layers(); ++l) {
       for (std::int64_t k = 0; k < m.kv_heads(); ++k) {
         const auto layer = static_cast<std::int32_t>(l);
@@ -133,14 +141,15 @@ void check_engine(const PageManagerModel& m, const UnifiedPageManager& e) {
             const std::vector<std::int32_t>& want = mh.pages[tier][static_cast<std::size_t>(i)].slots;
             places[static_cast<std::size_t>(pid)] += 1;
             RC_ASSERT(pool.owner(pid).tier == tier);
-            RC_ASSERT(pool.owner(pid).head == (HeadKey{id, layer, head}));
+            RC_ASSERT(pool.owner(pid).head.layer == layer && pool.owner(pid).head.head == head);
+            if (!sharer) RC_ASSERT(pool.owner(pid).head.request == id);
             RC_ASSERT(static_cast<std::int64_t>(want.size()) == pool.tokens_per_page(tier));
             for (std::int64_t s = 0; s < pool.tokens_per_page(tier); ++s) {
               const TokenPayload p = pool.payload(pid, s);
               const std::int32_t model = want[static_cast<std::size_t>(s)];
               if (pool.live(pid, s)) {
                 ++live;
-                if (p.position != model || p.score != score_of(id, l, k, p.position)) {
+                if (p.position != model || p.score != score_of(m.writer(id, p.position), l, k, p.position)) {
                   RC_FAIL(where + ": live slot " + std::to_string(s) + " of page " + std::to_string(pid) +
                           " holds position " + std::to_string(p.position) + ", the model's " + std::to_string(model));
                 }
@@ -158,10 +167,24 @@ void check_engine(const PageManagerModel& m, const UnifiedPageManager& e) {
       }
     }
   }
-  RC_ASSERT(std::all_of(places.begin(), places.end(), [](int c) { return c == 1; }));  // one place per id
-  RC_ASSERT(static_cast<std::int64_t>(free_ids.size()) + used == n);
+  std::int64_t shared_references = 0;
+  for (PageId id = 0; id < static_cast<PageId>(n); ++id) {
+    const std::int64_t count = m.refcount(id);
+    if (e.refcount(id) != count) {
+      RC_FAIL("page " + std::to_string(id) + ": reference count " + std::to_string(e.refcount(id)) + ", the model's " +
+              std::to_string(count));
+    }
+    // Free: once, in the free run; listed: once per table entry.
+    if (places[static_cast<std::size_t>(id)] != std::max<std::int64_t>(count, 1)) {
+      RC_FAIL("page " + std::to_string(id) + " is in " + std::to_string(places[static_cast<std::size_t>(id)]) +
+              " places, its count is " + std::to_string(count));
+    }
+    shared_references += std::max<std::int64_t>(count - 1, 0);
+  }
+  RC_ASSERT(static_cast<std::int64_t>(free_ids.size()) + used - shared_references == n);
   const PageManagerStats s = e.stats();
-  RC_ASSERT(s.free_pages + s.tiers[0].pages + s.tiers[1].pages == n);
+  RC_ASSERT(s.shared_references == shared_references);
+  RC_ASSERT(s.free_pages + s.tiers[0].pages + s.tiers[1].pages - s.shared_references == n);
 }
 
 void check_all(const PageManagerModel& m, const Sut& sut) {
@@ -174,7 +197,8 @@ void expect_outcome(ModelOutcome outcome, UnifiedPageManager& e, Op&& op) {
   switch (outcome) {
     case ModelOutcome::kOk: op(e); break;
     case ModelOutcome::kPoolExhausted: RC_ASSERT_THROWS_AS(op(e), PoolExhausted); break;
-    case ModelOutcome::kTableFull: RC_ASSERT_THROWS_AS(op(e), InputError); break;
+    case ModelOutcome::kTableFull:
+    case ModelOutcome::kRejected: RC_ASSERT_THROWS_AS(op(e), InputError); break;
   }
 }
 
@@ -182,9 +206,9 @@ using Cmd = rc::state::Command<PageManagerModel, Sut>;
 
 // Outcomes seen (printed after the gate property, so a run shows that rejections were exercised).
 struct OutcomeCounts {
-  long ok = 0, exhausted = 0, table_full = 0, commands = 0;
+  long ok = 0, exhausted = 0, table_full = 0, rejected = 0, commands = 0, shares = 0, copies = 0;
   void add(ModelOutcome o) {
-    (o == ModelOutcome::kOk ? ok : o == ModelOutcome::kPoolExhausted ? exhausted : table_full) += 1;
+    (o == ModelOutcome::kOk ? ok : o == ModelOutcome::kPoolExhausted ? exhausted : o == ModelOutcome::kTableFull ? table_full : rejected) += 1;
   }
 };
 OutcomeCounts g_counts;
@@ -224,6 +248,13 @@ struct Prompt : Cmd {
       p.request = waiting[q];
       p.prompt_len = *rc::gen::inRange<std::int64_t>(1, m.max_seq_len());
       std::mt19937 rng(*rc::gen::arbitrary<std::uint32_t>());
+      if (*rc::gen::inRange(0, 3) == 0) {  // a full policy: every head keeps every token high, in order (shareable)
+        ModelPromptHead ph;
+        for (std::int32_t pos = 0; pos < static_cast<std::int32_t>(p.prompt_len); ++pos) ph.high.push_back(pos);
+        p.heads.assign(static_cast<std::size_t>(m.heads_per_request()), ph);
+        batch.push_back(std::move(p));
+        continue;
+      }
       for (std::int64_t h = 0; h < m.heads_per_request(); ++h) {
         std::vector<std::int32_t> order(static_cast<std::size_t>(p.prompt_len));
         for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::int32_t>(i);
@@ -335,6 +366,10 @@ struct Decode : Cmd {
       op.head = h % m.kv_heads();
       op.position = r.next_position;
       op.slots = slots;
+      if (m.holds_shared(mh) && *rc::gen::inRange(0, 8) != 0) {  // only appends (mostly: else rejected)
+        ops.push_back(op);
+        continue;
+      }
       if (*rc::gen::inRange(0, 4) == 0) {
         op.flush = true;
         ops.push_back(op);
@@ -417,12 +452,55 @@ struct Release : Cmd {
       if (preempt) e->preempt(id); else e->finish(id);
       RC_ASSERT(!e->has_request(id));
       for (PageId p = 0; p < static_cast<PageId>(m.pool_pages()); ++p) {
-        if (e->pool().owner(p).head.request == id) RC_FAIL("a released request still owns page " + std::to_string(p));
+        if (e->pool().owner(p).head.request == id && next.refcount(p) == 0) {
+          RC_FAIL("a released request still owns page " + std::to_string(p) + ", which no table lists");
+        }
       }
     }
     check_all(next, sut);
   }
   void show(std::ostream& os) const override { os << (preempt ? "Preempt(" : "Finish(") << id << ")"; }
+};
+
+// A new request takes references to the prefix pages of a prompted one (fork, or a prefix hit):
+// `tokens` is all of the source's first head's high tokens, or whole pages of them, or any count
+// (which the model rejects unless every head's first pages hold exactly that many live slots).
+struct Share : Cmd {
+  std::int64_t from = 0, to = 0, tokens = 0;
+  explicit Share(const PageManagerModel& m) {
+    RC_PRE(static_cast<int>(m.requests().size()) < kMaxRequests);
+    std::vector<std::int64_t> prompted;
+    for (const auto& [id, r] : m.requests()) {
+      if (r.prompted) prompted.push_back(id);
+    }
+    RC_PRE(!prompted.empty());
+    from = *rc::gen::elementOf(prompted);
+    to = m.requests().rbegin()->first + 1;
+    const std::int64_t live = std::max<std::int64_t>(1, m.requests().at(from).heads[0].live_count(kHighTier));
+    const std::int64_t a = m.tokens_per_page(kHighTier);
+    tokens = *rc::gen::element(live, live, std::max(a, live / a * a), *rc::gen::inRange<std::int64_t>(1, live + 1));
+  }
+  void checkPreconditions(const PageManagerModel& m) const override {
+    RC_PRE(m.requests().contains(from) && !m.requests().contains(to));
+    RC_PRE(static_cast<int>(m.requests().size()) < kMaxRequests);
+  }
+  void apply(PageManagerModel& m) const override {
+    m.admit(to);
+    m.share(from, to, tokens);
+  }
+  void run(const PageManagerModel& m, Sut& sut) const override {
+    PageManagerModel next = m;
+    next.admit(to);
+    const ModelOutcome outcome = next.share(from, to, tokens);
+    for (auto& e : sut.engines) {
+      e->admit(to);
+      expect_outcome(outcome, *e, [&](UnifiedPageManager& x) { x.share_prefix(from, to, tokens); });
+    }
+    g_counts.shares += outcome == ModelOutcome::kOk;
+    g_counts.add(outcome);
+    check_all(next, sut);
+  }
+  void show(std::ostream& os) const override { os << "Share(" << from << " -> " << to << ", " << tokens << " tokens)"; }
 };
 
 struct Repack : Cmd {
@@ -480,12 +558,15 @@ TEST(UnifiedPagesProps, EngineMatchesTheSequentialModelAfterEveryCommand) {
     RC_TAG("tokens per page " + std::to_string(pool.tokens_per_page(0)) + "/" + std::to_string(pool.tokens_per_page(1)));
     check_all(model, sut);
     const auto commands = *at_least(kMinCommands, rc::state::gen::commands(
-        model, rc::state::gen::execOneOfWithArgs<Admit, Prompt, Decode, Decode, Decode, Release, Repack>()));
+        model, rc::state::gen::execOneOfWithArgs<Admit, Prompt, Decode, Decode, Decode, Release, Repack, Share>()));
     g_counts.commands += static_cast<long>(commands.size());
     rc::state::runAll(commands, model, sut);
+    g_counts.copies += sut.engines[0]->stats().cow_copies;
   });
-  std::printf("commands generated %ld; prompt/decode outcomes: %ld ok, %ld pool exhausted, %ld table full\n",
-              g_counts.commands, g_counts.ok, g_counts.exhausted, g_counts.table_full);
+  std::printf("commands generated %ld; prompt/decode/share outcomes: %ld ok, %ld pool exhausted, %ld table full, "
+              "%ld rejected; %ld shares, %ld copy-on-write copies\n",
+              g_counts.commands, g_counts.ok, g_counts.exhausted, g_counts.table_full, g_counts.rejected, g_counts.shares,
+              g_counts.copies);
 }
 
 // A snapshot of what an engine holds, for "nothing changed".
