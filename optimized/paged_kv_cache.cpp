@@ -509,6 +509,17 @@ void PagedKvCache::head_pages(std::int64_t request, std::int32_t layer, std::int
   });
 }
 
+void PagedKvCache::share_prefix(std::int64_t from, std::int64_t to, std::int64_t tokens) {
+  manager_.admit(to);
+  try {
+    manager_.share_prefix(from, to, tokens);
+  } catch (...) {
+    manager_.finish(to);
+    throw;
+  }
+  if (const auto it = fp8_scales_.find(from); it != fp8_scales_.end()) fp8_scales_[to] = it->second;
+}
+
 void PagedKvCache::release(std::int64_t request) {
   if (manager_.has_request(request)) manager_.finish(request);
   fp8_scales_.erase(request);

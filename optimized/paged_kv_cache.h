@@ -90,6 +90,11 @@ class PagedKvCache {
   // The pages of one head in walk order (into `pages`, which must outlive the returned input's use).
   void head_pages(std::int64_t request, std::int32_t layer, std::int32_t head, std::vector<PageRead>& pages) const;
   std::span<const TierRead> tiers() const { return tier_reads_; }
+  // Admits `to` holding references to the pages of `from`'s first `tokens` tokens in every head
+  // (UnifiedPageManager::share_prefix: no copy; a later write into a shared page copies it first),
+  // and `from`'s FP8 scales. Uniform policies: every head holds positions 0 .. n-1 packed. On an
+  // InputError `to` is not admitted.
+  void share_prefix(std::int64_t from, std::int64_t to, std::int64_t tokens);
   // Frees every page of the request (finished, or preempted).
   void release(std::int64_t request);
   // Frees every page of a preempted request (counted in the manager's preemption statistics).
