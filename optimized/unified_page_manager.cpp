@@ -564,7 +564,9 @@ void UnifiedPageManager::release(std::int64_t request) {
   for (std::size_t k = 0; k < r.heads.size(); ++k) {
     const PageTable& t = r.heads[k].table;
     for (int tier : {kHighTier, kLowTier}) {
-      for (std::int64_t i = 0; i < t.count(tier); ++i) recycle[k] += extra_refs_[static_cast<std::size_t>(t.at(tier, i))] == 0;
+      for (std::int64_t i = 0; i < t.count(tier); ++i) {
+        recycle[k] += extra_refs_[static_cast<std::size_t>(t.at(tier, i))] == 0;
+      }
     }
   }
   record(kvcheck::compaction_round(list_, none, recycle, config_.compaction, [&](std::int64_t k, std::int64_t, std::int64_t to) {

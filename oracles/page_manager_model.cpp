@@ -330,7 +330,8 @@ std::string PageManagerModel::sharing_violation() const {
         for (const ModelPage& p : h.pages[tier]) {
           const auto [it, first] = seen.emplace(p.id, &p);
           if (!first && it->second->slots != p.slots) {
-            return "page " + std::to_string(p.id) + " is shared and its tables see different slots (a shared page was written)";
+            return "page " + std::to_string(p.id) +
+                   " is shared and its tables see different slots (a shared page was written)";
           }
         }
       }

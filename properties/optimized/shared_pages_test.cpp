@@ -196,7 +196,10 @@ void expect_sharing_invisible(const std::string& spec) {
   }
   for (std::int64_t r : {0, 1, 3}) {
     cache.reserve_prompt(r, prompt);
-    for (std::int32_t l = 0; l < model.num_hidden_layers; ++l) cache.write_prompt_layer(r, l, prompt, keys[static_cast<std::size_t>(l)], values[static_cast<std::size_t>(l)]);
+    for (std::int32_t l = 0; l < model.num_hidden_layers; ++l) {
+      const auto i = static_cast<std::size_t>(l);
+      cache.write_prompt_layer(r, l, prompt, keys[i], values[i]);
+    }
   }
   cache.share_prefix(0, 2, prompt);
   EXPECT_EQ(cache.manager().stats().shared_pages, model.num_hidden_layers * model.num_key_value_heads * 3);

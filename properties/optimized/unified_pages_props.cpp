@@ -208,7 +208,10 @@ using Cmd = rc::state::Command<PageManagerModel, Sut>;
 struct OutcomeCounts {
   long ok = 0, exhausted = 0, table_full = 0, rejected = 0, commands = 0, shares = 0, copies = 0;
   void add(ModelOutcome o) {
-    (o == ModelOutcome::kOk ? ok : o == ModelOutcome::kPoolExhausted ? exhausted : o == ModelOutcome::kTableFull ? table_full : rejected) += 1;
+    (o == ModelOutcome::kOk              ? ok
+     : o == ModelOutcome::kPoolExhausted ? exhausted
+     : o == ModelOutcome::kTableFull     ? table_full
+                                         : rejected) += 1;
   }
 };
 OutcomeCounts g_counts;
