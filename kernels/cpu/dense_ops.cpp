@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cpu/lanes.h"
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define KVCHECK_LINEAR_AVX2 1
 #include <immintrin.h>
@@ -19,14 +21,9 @@
 namespace kvcheck {
 namespace {
 
-// Eight floats; on a baseline x86-64 target GCC lowers each operation to two SSE instructions,
-// under target("avx2") to one. Lane l only ever meets lane l, so both give the same bits.
-typedef float Lanes __attribute__((vector_size(32)));
-// Eight bf16 / f16 bit patterns, and the same widened to 32 bits (bf16 widening).
-typedef std::uint16_t U16Lanes __attribute__((vector_size(16)));
-typedef std::uint32_t U32Lanes __attribute__((vector_size(32)));
-
-#define KVCHECK_ALWAYS_INLINE inline __attribute__((always_inline))
+using lanes::Lanes;
+using lanes::U16Lanes;
+using lanes::U32Lanes;
 
 // The kernel body twice: the templates must be compiled under the target they run on (an
 // always-inline F16C intrinsic cannot be inlined into a function without F16C), so each build
@@ -36,22 +33,13 @@ namespace portable {
 }  // namespace portable
 
 #if defined(KVCHECK_LINEAR_AVX2)
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,f16c")
-#endif
+#include "kernels/cpu/avx2_target_begin.inc"
 namespace avx2 {
 #define KVCHECK_LINEAR_F16C 1
 #include "kernels/cpu/dense_ops_linear_rows.inc"
 #undef KVCHECK_LINEAR_F16C
 }  // namespace avx2
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+#include "kernels/cpu/avx2_target_end.inc"
 #endif
 
 void check(const LinearRowsArgs& a) {

@@ -23,6 +23,7 @@
 
 #include <fmt/format.h>
 
+#include "kernels/cpu/lanes.h"
 #include "kernels/cpu/page_codes.h"
 #include "kernels/quant_math.h"
 #include "kernels/cpu/row_ops.h"
@@ -371,16 +372,12 @@ struct RowMeta {
   std::int64_t group = 1;           // kTokenGroup: channels per group
 };
 
-// Eight floats; on a baseline x86-64 target GCC lowers each operation to two SSE instructions,
-// under target("avx2") to one. Lane l only ever meets lane l, so both give the same bits.
-typedef float Lanes __attribute__((vector_size(32)));
-typedef float Lanes4 __attribute__((vector_size(16)));
-typedef std::uint32_t U32Lanes __attribute__((vector_size(32)));
-typedef std::int32_t I32Lanes __attribute__((vector_size(32)));
-typedef std::uint16_t U16Lanes __attribute__((vector_size(16)));
-typedef std::uint8_t U8Lanes __attribute__((vector_size(8)));
-
-#define KVCHECK_ALWAYS_INLINE inline __attribute__((always_inline))
+using lanes::I32Lanes;
+using lanes::Lanes;
+using lanes::Lanes4;
+using lanes::U16Lanes;
+using lanes::U32Lanes;
+using lanes::U8Lanes;
 
 // The walks twice: their templates must be compiled under the target they run on (an
 // always-inline F16C intrinsic cannot be inlined into a function without F16C).
@@ -389,22 +386,13 @@ namespace portable {
 }  // namespace portable
 
 #if defined(KVCHECK_DECODE_HAS_AVX2)
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,f16c")
-#endif
+#include "kernels/cpu/avx2_target_begin.inc"
 namespace avx2 {
 #define KVCHECK_DECODE_AVX2 1
 #include "kernels/cpu/paged_attention_walks.inc"
 #undef KVCHECK_DECODE_AVX2
 }  // namespace avx2
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+#include "kernels/cpu/avx2_target_end.inc"
 #endif
 
 }  // namespace

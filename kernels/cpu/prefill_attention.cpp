@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/lanes.h"
 #include "kernels/cpu/parallel_for.h"
 #include "kernels/cpu/row_ops.h"
 #include "reference/errors.h"
@@ -213,34 +214,21 @@ void attend_head(const PrefillAttentionInput& in, const PrefillAttentionOutput& 
 
 }  // namespace scalar
 
-// Eight floats; on a baseline x86-64 target GCC lowers each operation to two SSE instructions,
-// under target("avx2") to one. Lane l only ever meets lane l, so both give the same bits.
-typedef float Lanes __attribute__((vector_size(32)));
-typedef float Lanes4 __attribute__((vector_size(16)));
-
-#define KVCHECK_ALWAYS_INLINE inline __attribute__((always_inline))
+using lanes::Lanes;
+using lanes::Lanes4;
 
 namespace portable {
 #include "kernels/cpu/prefill_attention_tiles.inc"
 }  // namespace portable
 
 #if defined(KVCHECK_PREFILL_HAS_AVX2)
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,f16c")
-#endif
+#include "kernels/cpu/avx2_target_begin.inc"
 namespace avx2 {
 #define KVCHECK_PREFILL_AVX2 1
 #include "kernels/cpu/prefill_attention_tiles.inc"
 #undef KVCHECK_PREFILL_AVX2
 }  // namespace avx2
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+#include "kernels/cpu/avx2_target_end.inc"
 #endif
 
 void attend_head(const PrefillAttentionInput& in, const PrefillAttentionOutput& out, std::int64_t h, Scratch& s,
