@@ -29,6 +29,9 @@ std::string kv_format_name(const KvFormat& format);
 struct KvTier {
   KvFormat key;
   KvFormat value;
+  // Quest: each page also stores the per-channel fp16 minimum and maximum of its keys (fp16
+  // keys only; kernels/cpu/kv_bytes.h PageLayout::key_range).
+  bool key_range = false;
 };
 // "K int8/token / V int4/token", ...
 std::string kv_tier_name(const KvTier& tier);

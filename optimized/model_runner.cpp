@@ -26,7 +26,7 @@ void head_norm(Backend& backend, std::vector<float>& x, std::int64_t rows, std::
   x.swap(scratch);
 }
 
-// A page-selecting policy (Quest): each page's key range, the policy's choice from the group's
+// A page-selecting policy (Quest): each page's stored key range, the policy's choice from the group's
 // queries q [group][d], and `pages` cut to the chosen ones (walk order kept). A policy that never
 // drops a token appends, so the page being written is the last one.
 void select_read_pages(const KvPolicy& policy, std::span<const TierRead> tiers, std::int64_t d, std::int64_t group,
@@ -34,8 +34,8 @@ void select_read_pages(const KvPolicy& policy, std::span<const TierRead> tiers, 
   const auto n = static_cast<std::size_t>(d);
   std::vector<float> key_min(pages.size() * n), key_max(key_min.size());
   for (std::size_t p = 0; p < pages.size(); ++p) {
-    page_key_range(tiers[static_cast<std::size_t>(pages[p].tier)], pages[p], d,
-                   std::span<float>(key_min).subspan(p * n, n), std::span<float>(key_max).subspan(p * n, n));
+    read_page_key_range(tiers[static_cast<std::size_t>(pages[p].tier)].layout, pages[p].bytes,
+                        std::span<float>(key_min).subspan(p * n, n), std::span<float>(key_max).subspan(p * n, n));
   }
   chosen = policy.select_pages(q, group, d, key_min, key_max, pages.size() - 1);
   std::vector<PageRead> read;

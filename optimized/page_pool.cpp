@@ -80,6 +80,8 @@ void PagePool::format(PageId id, const PageOwner& owner) {
   owners_[static_cast<std::size_t>(id)] = owner;
   std::fill(mask(id), mask(id) + words_, 0);
   if (config_.backing && config_.poison) std::ranges::fill(bytes(id), kPoison);
+  const PageLayout& l = layout(owner.tier);
+  if (config_.backing && l.key_range.bytes > 0) clear_page_key_range(l, bytes(id).data());
 }
 
 void PagePool::release(PageId id) {
@@ -202,6 +204,11 @@ void PagePool::store_codes(PageId id, std::int64_t slot, const SlotCodes& codes)
   };
   put_meta(Segment::kKeyMeta, codes.key_meta);
   put_meta(Segment::kValueMeta, codes.value_meta);
+  if (l.key_range.bytes > 0) {
+    std::vector<std::uint16_t> key(codes.key.size() / 2);
+    std::memcpy(key.data(), codes.key.data(), key.size() * 2);
+    widen_page_key_range(l, page.data(), key);
+  }
 }
 
 PagePool::SlotCodes PagePool::load_codes(PageId id, std::int64_t slot) const {

@@ -9,6 +9,9 @@
 // per-token-group INT). FP8's fp32 scale is the head's, one copy per page: a slot's SlotCodes
 // carry it and storing a slot rewrites it. Per-channel keys (KIVI) keep one metadata block per
 // group of G slots, written by store_key_group_meta; such slots never move (move throws).
+// A key-range tier's page (Quest) holds its keys' per-channel fp16 min and max: emptied when the
+// page is formatted, widened by every store_codes, never narrowed (a killed or moved slot's key
+// stays inside it, so it remains an upper bound of the live keys).
 //
 // Poison (for tests): free pages and dead slots are filled with 0xFF bytes: NaN in the fp32 score
 // segment, -1 in the int32 position segment. A live slot whose payload reads back intact was

@@ -539,8 +539,7 @@ std::int64_t PagedKvCache::bytes_held(std::int64_t request) const {
   for (std::int32_t l = 0; l < model_.num_hidden_layers; ++l) {
     for (std::int32_t h = 0; h < model_.num_key_value_heads; ++h) n += manager_.bytes_held(request, l, h);
   }
-  // A page-selecting policy's metadata (Quest's key ranges), kept beside each page.
-  return n + n / manager_.pool().page_bytes() * policy_.page_metadata_bytes(model_.head_dim);
+  return n;
 }
 
 }  // namespace kvcheck

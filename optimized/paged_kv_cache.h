@@ -117,7 +117,7 @@ class PagedKvCache {
   // they keep the same number of prompt tokens and evict one token per step alike).
   std::int64_t tokens(std::int64_t request) const;
   // Bytes of KV the request holds over all its heads (codes, metadata, scores, positions of its pages;
-  // a page-selecting policy's page metadata, KvPolicy::page_metadata_bytes, beside each).
+  // a page-selecting policy's page metadata, Quest's key ranges, is in the pages).
   std::int64_t bytes_held(std::int64_t request) const;
   // FP8 elements (keys and values) stored with a scale they exceed, |x| > 448 * scale, and so
   // clamped to ±448 * scale, since the cache was built: later tokens beyond a prompt's amax, or

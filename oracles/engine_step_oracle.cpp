@@ -191,6 +191,16 @@ std::string EngineStepOracle::check_selected_pages(const DecodeHeadTrace& s, std
   if (self == held.end()) return fmt::format("the step's token (position {}) is not held", s.position);
   in.written = page_of[static_cast<std::size_t>(self - held.begin())];
   in.k = engine_.cache->policy().selected_pages();
+  // The bounds from the key ranges the pages store, as the engine read them to choose.
+  std::vector<PageRead> pages;
+  engine_.cache->head_pages(s.request, s.layer, s.kv_head, pages);
+  std::vector<float> key_min(pages.size() * d), key_max(key_min.size());
+  for (std::size_t p = 0; p < pages.size(); ++p) {
+    read_page_key_range(engine_.cache->tiers()[static_cast<std::size_t>(pages[p].tier)].layout, pages[p].bytes,
+                        std::span<float>(key_min).subspan(p * d, d), std::span<float>(key_max).subspan(p * d, d));
+  }
+  in.key_min = key_min;
+  in.key_max = key_max;
   std::string violation = check_page_selection(in);
   // Only the read pages' tokens are held for this step's output.
   std::vector<std::int32_t> read_positions;

@@ -31,6 +31,14 @@ std::string check_page_selection(const PageSelectionInputs& in) {
       hi[p * d + c] = std::max(hi[p * d + c], static_cast<double>(in.keys[j * d + c]));
     }
   }
+  if (!in.key_min.empty()) {
+    if (in.key_min.size() != pages * d || in.key_max.size() != pages * d) {
+      return fmt::format("stored key ranges of {} and {} values for {} pages of {}", in.key_min.size(),
+                         in.key_max.size(), pages, d);
+    }
+    std::copy(in.key_min.begin(), in.key_min.end(), lo.begin());
+    std::copy(in.key_max.begin(), in.key_max.end(), hi.begin());
+  }
   std::vector<double> bound(pages, -std::numeric_limits<double>::infinity()), slack(pages, 0.0);
   for (std::size_t p = 0; p < pages; ++p) {
     if (!has[p]) continue;

@@ -27,6 +27,10 @@ struct PageSelectionInputs {
   std::span<const std::size_t> read;         // the pages the step read, ascending
   std::size_t written = 0;                   // the page the step's token went to
   std::int64_t k = 0;                        // pages read besides `written`
+  // [pages][head_dim] each: every page's key range as the engine stored it (Quest's page metadata),
+  // from which the bounds are taken, so that a range that misses a held key fails the bound check;
+  // empty: the range of each page's held keys.
+  std::span<const float> key_min, key_max;
 };
 
 // Empty when every check holds; else one line naming the first that fails.

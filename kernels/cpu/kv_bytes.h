@@ -3,7 +3,9 @@
 // included.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "kernels/kv_format.h"
@@ -73,6 +75,10 @@ struct PageSegment {
 struct PageLayout {
   std::int64_t tokens = 0;  // tokens per page: a multiple of the tier's token unit (G for KIVI keys)
   PageSegment key_codes, key_meta, value_codes, value_meta, scores, positions;
+  // A key-range tier's (KvTier::key_range) per-channel fp16 minimum and maximum of the page's keys,
+  // [2][head_dim] (the min row, then the max row), the per-page end of the key metadata segment;
+  // 0 bytes otherwise. Widened as each key is stored; a page with none holds (+inf, -inf).
+  PageSegment key_range;
   std::int64_t used_bytes = 0;  // end of the last segment, <= page_bytes
 };
 
@@ -80,6 +86,15 @@ struct PageLayout {
 // vec) whose segments fit in
 // page_bytes. InputError when not even one unit fits.
 PageLayout page_layout(const KvTier& tier, std::int64_t head_dim, std::int64_t page_bytes);
+// The bytes of a key-range tier's per-page range: 2 * head_dim fp16.
+inline std::int64_t key_range_bytes(std::int64_t head_dim) { return 2 * head_dim * 2; }
+// A page's stored key range: empty (every min +inf, every max -inf); widened by one key row of
+// head_dim fp16 values; read into key_min / key_max [head_dim] (exact, as the values are fp16).
+void clear_page_key_range(const PageLayout& layout, std::byte* page);
+void widen_page_key_range(const PageLayout& layout, std::byte* page, std::span<const std::uint16_t> key);
+void read_page_key_range(const PageLayout& layout, const std::byte* page, std::span<float> key_min,
+                         std::span<float> key_max);
+
 inline std::int64_t tokens_per_page(const KvTier& tier, std::int64_t head_dim, std::int64_t page_bytes) {
   return page_layout(tier, head_dim, page_bytes).tokens;
 }

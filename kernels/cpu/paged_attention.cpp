@@ -92,7 +92,8 @@ void check_tier(const TierRead& t, std::size_t index, std::int64_t head_dim) {
                          l.tokens % t.tier.key.spec.token_group() == 0 &&
                          l.key_codes.bytes == l.tokens * row_bytes(t.key_tiling) &&
                          l.value_codes.bytes == l.tokens * row_bytes(t.value_tiling) &&
-                         l.key_meta.bytes == meta_segment_bytes(t.tier.key, head_dim, l.tokens) &&
+                         l.key_meta.bytes == meta_segment_bytes(t.tier.key, head_dim, l.tokens) + l.key_range.bytes &&
+                         l.key_range.bytes == (t.tier.key_range ? key_range_bytes(head_dim) : 0) &&
                          l.value_meta.bytes == meta_segment_bytes(t.tier.value, head_dim, l.tokens);
   if (layout_ok) return;  // every head of every step: no message formatted
   const std::string where = fmt::format("{}: tiers[{}] ({})", kWhere, index, kv_tier_name(t.tier));
@@ -396,33 +397,6 @@ namespace avx2 {
 #endif
 
 }  // namespace
-
-bool page_key_range(const TierRead& tier, const PageRead& page, std::int64_t head_dim, std::span<float> key_min,
-                    std::span<float> key_max) {
-  if (static_cast<std::int64_t>(key_min.size()) != head_dim || static_cast<std::int64_t>(key_max.size()) != head_dim) {
-    throw input_error(kWhere, "key_min / key_max", "{} and {} values for head_dim {}", key_min.size(), key_max.size(),
-                      head_dim);
-  }
-  if (tier.tier.key.dtype != KvDType::kFp32 && tier.tier.key.dtype != KvDType::kFp16) {
-    throw input_error(kWhere, "key format", "page key ranges need fp32 or fp16 keys, not {}",
-                      kv_format_name(tier.tier.key));
-  }
-  const auto* bytes = reinterpret_cast<const std::uint8_t*>(page.bytes);
-  const std::int64_t n = tier.layout.tokens;
-  std::vector<float> x(static_cast<std::size_t>(head_dim));
-  bool any = false;
-  for (std::int64_t slot = 0; slot < n; ++slot) {
-    if (((page.live[static_cast<std::size_t>(slot / kMaskBits)] >> (slot % kMaskBits)) & 1U) == 0) continue;
-    decode_key_row(tier.tier.key, tier.key_tiling, bytes + tier.layout.key_codes.offset, n, slot, x.data());
-    for (std::int64_t c = 0; c < head_dim; ++c) {
-      const auto i = static_cast<std::size_t>(c);
-      key_min[i] = any ? std::min(key_min[i], x[i]) : x[i];
-      key_max[i] = any ? std::max(key_max[i], x[i]) : x[i];
-    }
-    any = true;
-  }
-  return any;
-}
 
 TierRead make_tier_read(const KvTier& tier, std::int64_t head_dim, std::int64_t page_bytes) {
   const std::string where = fmt::format("{}: tier {}", kWhere, kv_tier_name(tier));

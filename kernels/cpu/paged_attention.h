@@ -84,12 +84,6 @@ void paged_decode_attention(const DecodeHeadInput& in, const DecodeHeadOutput& o
 // The ISA paged_decode_attention uses on this CPU (AVX2 + F16C where the CPU has both).
 LinearIsa paged_decode_isa();
 
-// Quest's page metadata: the per-channel minimum and maximum of the live keys of one page (fp32
-// or fp16 keys, read as the kernel reads them), into key_min / key_max [head_dim]; false (and
-// nothing written) when the page has no live slot. InputError for another key format.
-bool page_key_range(const TierRead& tier, const PageRead& page, std::int64_t head_dim, std::span<float> key_min,
-                    std::span<float> key_max);
-
 // The checks paged_decode_attention makes before reading a byte (the CUDA batch builder,
 // kernels/paged_attention_cuda_adapter.h, makes them too); returns decode_slots(in).
 std::int64_t check_decode_head(const DecodeHeadInput& in, const DecodeHeadOutput& out);

@@ -139,46 +139,5 @@ TEST(PagedAttentionProps, DeadSlotContentsAreNeverRead) {
   });
 }
 
-// Quest's page metadata (page_key_range): for every page of fp32 or fp16 keys, exactly the
-// per-channel min and max of its live keys as stored, dead (poisoned) slots ignored; false for a
-// page with no live slot.
-TEST(PagedAttentionProps, PageKeyRangeIsTheMinAndMaxOfTheLiveKeys) {
-  check_property("paged decode attention/page key range", kGateCases / 2, [] {
-    const DecodeCase c = draw_case();
-    const auto d = static_cast<std::size_t>(c.head_dim);
-    std::int64_t first = 0;  // walk-order index of the page's slot 0
-    std::int64_t checked = 0;
-    for (const PageRead& page : c.page_reads) {
-      const TierRead& t = c.tier_reads[static_cast<std::size_t>(page.tier)];
-      const std::int64_t n = t.layout.tokens;
-      const bool plain = t.tier.key.dtype == KvDType::kFp32 || t.tier.key.dtype == KvDType::kFp16;
-      if (plain) {
-        std::vector<float> lo(d, std::numeric_limits<float>::infinity()), hi(d, -std::numeric_limits<float>::infinity());
-        bool any = false;
-        for (std::size_t i = 0; i < c.live_walk_index.size(); ++i) {
-          if (c.live_walk_index[i] < first || c.live_walk_index[i] >= first + n) continue;
-          any = true;
-          for (std::size_t ch = 0; ch < d; ++ch) {
-            lo[ch] = std::min(lo[ch], c.keys_hat[i * d + ch]);
-            hi[ch] = std::max(hi[ch], c.keys_hat[i * d + ch]);
-          }
-        }
-        std::vector<float> got_lo(d, -7.0f), got_hi(d, -7.0f);
-        RC_ASSERT(page_key_range(t, page, c.head_dim, got_lo, got_hi) == any);
-        if (any) {
-          RC_ASSERT(got_lo == lo);
-          RC_ASSERT(got_hi == hi);
-          ++checked;
-        }
-      } else {
-        std::vector<float> lo(d), hi(d);
-        RC_ASSERT_THROWS_AS(page_key_range(t, page, c.head_dim, lo, hi), InputError);
-      }
-      first += n;
-    }
-    RC_CLASSIFY(checked > 0, "fp16 / fp32 key pages checked");
-  });
-}
-
 }  // namespace
 }  // namespace kvcheck

@@ -4,10 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
+#include <random>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/page_codes.h"
+#include "kernels/quant_math.h"
 #include "optimized/page_pool.h"
+#include "reference/errors.h"
 
 namespace kvcheck {
 namespace {
@@ -74,6 +79,65 @@ TEST(PagePool, MoveCarriesCodesToTheOtherPage) {
   EXPECT_TRUE(pool.live(2, 0));
   EXPECT_EQ(pool.load_codes(2, 0), codes_for(pool, 0, 4));
   EXPECT_EQ(pool.payload(2, 0), (TokenPayload{9, 0.5f}));
+}
+
+// A key-range tier (Quest) stores each page's per-channel fp16 key min and max in the page: empty
+// when formatted, after every store exactly the min and max of the keys stored so far, widened on
+// the page a slot moves to and never narrowed by a kill; 256 bytes more at head_dim 64, at the
+// end of the key metadata segment, inside the page.
+TEST(PagePool, KeyRangeTierStoresTheRunningMinAndMaxOfItsKeys) {
+  PagePoolConfig c = small_pool();
+  c.tiers = {KvTier{fp16_format(), fp16_format(), true}};
+  PagePool pool(c);
+  const PageLayout& l = pool.layout(0);
+  const PageLayout plain = page_layout(KvTier{fp16_format(), fp16_format()}, 64, c.page_bytes);
+  EXPECT_EQ(l.key_range.bytes, 2 * 64 * 2);
+  EXPECT_EQ(l.key_range.offset + l.key_range.bytes, l.key_meta.offset + l.key_meta.bytes);
+  EXPECT_LE(l.tokens, plain.tokens);
+  EXPECT_LE(l.used_bytes, c.page_bytes);
+  EXPECT_EQ(plain.key_range.bytes, 0);
+  const auto range = [&](PageId id) {
+    std::vector<float> lo(64), hi(64);
+    read_page_key_range(l, pool.bytes(id).data(), lo, hi);
+    return std::pair{lo, hi};
+  };
+  pool.format(0, PageOwner{HeadKey{0, 0, 0}, 0});
+  pool.format(1, PageOwner{HeadKey{0, 0, 0}, 0});
+  EXPECT_EQ(range(0).first, std::vector<float>(64, std::numeric_limits<float>::infinity()));
+  EXPECT_EQ(range(0).second, std::vector<float>(64, -std::numeric_limits<float>::infinity()));
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-8.0f, 8.0f);
+  std::vector<float> lo(64, std::numeric_limits<float>::infinity()), hi(64, -lo[0]);
+  std::vector<std::vector<std::uint8_t>> keys;
+  for (std::int64_t s = 0; s < 5; ++s) {
+    PagePool::SlotCodes codes = pool.empty_codes(0);
+    for (std::size_t ch = 0; ch < 64; ++ch) {
+      const std::uint16_t h = quant::f16_from_float(u(rng));
+      std::memcpy(codes.key.data() + 2 * ch, &h, 2);
+      lo[ch] = std::min(lo[ch], quant::f16_to_float(h));
+      hi[ch] = std::max(hi[ch], quant::f16_to_float(h));
+    }
+    pool.put(0, s, TokenPayload{static_cast<std::int32_t>(s), 0.0f});
+    pool.store_codes(0, s, codes);
+    EXPECT_EQ(range(0).first, lo) << "after slot " << s;
+    EXPECT_EQ(range(0).second, hi) << "after slot " << s;
+    keys.push_back(codes.key);
+  }
+  pool.kill(0, 2);
+  EXPECT_EQ(range(0), std::pair(lo, hi));
+  pool.move(0, 4, 1, 0);
+  EXPECT_EQ(range(0), std::pair(lo, hi));
+  for (std::size_t ch = 0; ch < 64; ++ch) {
+    std::uint16_t h = 0;
+    std::memcpy(&h, keys[4].data() + 2 * ch, 2);
+    EXPECT_EQ(range(1).first[ch], quant::f16_to_float(h));
+    EXPECT_EQ(range(1).second[ch], quant::f16_to_float(h));
+  }
+  pool.release(0);
+  pool.format(0, PageOwner{HeadKey{0, 0, 1}, 0});
+  EXPECT_EQ(range(0).first, std::vector<float>(64, std::numeric_limits<float>::infinity()));
+  // Only fp16 keys carry a range.
+  EXPECT_THROW(page_layout(KvTier{int_format(per_token(4)), fp16_format(), true}, 64, c.page_bytes), InputError);
 }
 
 TEST(PagePool, WrongRowSizeIsALogicError) {
