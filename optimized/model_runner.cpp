@@ -232,6 +232,11 @@ std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, s
   const std::int64_t d = c.head_dim;
   const std::int64_t group = c.group_size();
   const std::int64_t kvh = c.num_key_value_heads;
+  // Query heads h*group .. (h+1)*group - 1 of row b, the group of kv head h: contiguous in the row.
+  const auto group_floats = static_cast<std::size_t>(group * d);
+  const auto group_offset = [&](std::int64_t b, std::int32_t h) {
+    return static_cast<std::size_t>(b * c.q_dim() + h * group * d);
+  };
   const KvPolicy& policy = cache_.policy();
   std::vector<LiveToken> live;
   std::vector<SlotRef> live_slots;
@@ -308,15 +313,15 @@ std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, s
     for (std::int64_t b = 0; b < B; ++b) {
       for (std::int32_t h = 0; h < kvh; ++h) {
         const std::size_t i = static_cast<std::size_t>(b * kvh + h);
+        const std::size_t qa = group_offset(b, h);
+        const std::span<const float> group_q = std::span<const float>(q).subspan(qa, group_floats);
         {
           const StepTimer page_timer(StepPart::kPageManager);
           cache_.head_pages(requests[static_cast<std::size_t>(b)], l, h, pages[i]);
         }
         if (policy.selects_pages()) {
           const StepTimer policy_timer(StepPart::kPolicy);
-          const std::size_t qa = static_cast<std::size_t>(b * c.q_dim() + h * group * d);
-          select_read_pages(policy, cache_.tiers(), d, group, std::span<const float>(q).subspan(qa, static_cast<std::size_t>(group * d)),
-                            pages[i], pages_read[i]);
+          select_read_pages(policy, cache_.tiers(), d, group, group_q, pages[i], pages_read[i]);
         }
         DecodeHeadInput& in = heads[i];
         in.head_dim = d;
@@ -324,10 +329,8 @@ std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, s
         in.scale = scale;
         in.tiers = cache_.tiers();
         in.pages = pages[i];
-        // Query heads h*group .. (h+1)*group - 1 are contiguous in the row.
-        const std::size_t qa = static_cast<std::size_t>(b * c.q_dim() + h * group * d);
-        in.q = std::span<const float>(q).subspan(qa, static_cast<std::size_t>(group * d));
-        outs[i].out = std::span<float>(attn).subspan(qa, static_cast<std::size_t>(group * d));
+        in.q = group_q;
+        outs[i].out = std::span<float>(attn).subspan(qa, group_floats);
         if (want_probs) {
           probs[i].resize(static_cast<std::size_t>(group * decode_slots(in)));
           outs[i].probs = probs[i];
@@ -353,9 +356,8 @@ std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, s
           }
           const std::int64_t request = requests[static_cast<std::size_t>(b)];
           if (trace_ && trace_->on_decode_head) {
-            const std::size_t qa = static_cast<std::size_t>(b * c.q_dim() + h * group * d);
             trace_->on_decode_head(DecodeHeadTrace{request, l, h, positions[static_cast<std::size_t>(b)],
-                                                   std::span<const float>(trace_q).subspan(qa, static_cast<std::size_t>(group * d)),
+                                                   std::span<const float>(trace_q).subspan(group_offset(b, h), group_floats),
                                                    outs[i].out, slot_max,
                                                    pages_read.empty() ? std::span<const std::size_t>{} : pages_read[i]});
           }
