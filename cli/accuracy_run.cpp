@@ -10,6 +10,7 @@
 #include "cli/engine_options.h"
 #include "cli/eval_files.h"
 #include "cli/fp8_calibration.h"
+#include "kernels/cpu/kv_bytes.h"
 #include "optimized/engine.h"
 #include "oracles/engine_step_oracle.h"
 #include "oracles/eval_retrieval.h"
@@ -130,8 +131,13 @@ AccuracyRow measure_accuracy(const ReferenceModel& model, const AccuracyInputs& 
     }
     h.bytes += static_cast<double>(pages.size() * 2 * sizeof(float));
     h.read += static_cast<double>(pages.size() * 2 * sizeof(float));  // (read only with their pages: every page)
-    // A page-selecting policy's metadata: held beside every page, and all of it read to choose.
-    const double metadata = static_cast<double>(all_pages.size()) * static_cast<double>(engine->policy->page_metadata_bytes(c.head_dim));
+    // A key-range tier's metadata (Quest's): held in every page, and all of it read to choose.
+    double metadata = 0.0;
+    for (const auto& [tier, page] : all_pages) {
+      if (engine->cache->tiers()[static_cast<std::size_t>(tier)].tier.key_range) {
+        metadata += static_cast<double>(key_range_bytes(c.head_dim));
+      }
+    }
     h.bytes += metadata;
     h.read += metadata;
     head_held[{s.layer, s.kv_head}] = h;

@@ -143,11 +143,9 @@ class KvPolicy {
   // every head of a layer at once; a no-op without a rotation).
   virtual void rotate(RotatedPart part, std::span<float> rows, std::int64_t head_dim) const;
 
-  // --- query-aware page selection (the defaults: every page read, no page metadata) ---
-  // Bytes of metadata each page of a head holds (Quest: the fp16 per-channel min and max of the
-  // page's keys, in the page: KvTier::key_range), counted in the bytes held and, for every page,
-  // in the bytes a decode step reads (the bounds are read to choose).
-  virtual std::int64_t page_metadata_bytes(std::int64_t /*head_dim*/) const { return 0; }
+  // --- query-aware page selection (the defaults: every page read) ---
+  // The page metadata a selection reads is the tiers' (KvTier::key_range: the fp16 per-channel
+  // min and max of each page's keys, in the page).
   // The pages a decode step of a head reads besides the one being written (Quest's K), or 0: every
   // page. Whether a decode step reads only the pages select_pages chooses.
   virtual std::int64_t selected_pages() const { return 0; }

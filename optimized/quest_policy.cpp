@@ -22,7 +22,6 @@ class QuestPolicy final : public KvPolicy {
   // Each page stores its keys' fp16 min and max per channel: exact for fp16 keys, so the bound
   // holds on the stored keys.
   std::vector<KvTier> tiers() const override { return {{fp16_format(), fp16_format(), true}}; }
-  std::int64_t page_metadata_bytes(std::int64_t head_dim) const override { return 2 * head_dim * 2; }
   std::int64_t selected_pages() const override { return pages_; }
   std::vector<std::size_t> select_pages(std::span<const float> q, std::int64_t group, std::int64_t head_dim,
                                         std::span<const float> key_min, std::span<const float> key_max,

@@ -51,7 +51,6 @@ class PlantedBug : public KvPolicy {
     inner_->bind_engine(layers, kv_heads, head_dim, page_bytes);
   }
   std::int64_t selected_pages() const override { return inner_->selected_pages(); }
-  std::int64_t page_metadata_bytes(std::int64_t d) const override { return inner_->page_metadata_bytes(d); }
   std::vector<std::size_t> select_pages(std::span<const float> q, std::int64_t group, std::int64_t d,
                                         std::span<const float> key_min, std::span<const float> key_max,
                                         std::size_t written) const override {
