@@ -12,6 +12,21 @@ std::vector<std::int32_t> KvPolicy::select_prompt(std::int32_t, std::int64_t pro
   return all;
 }
 
+bool KvPolicy::prefix_closed() const {
+  if (!swappable()) return false;
+  const auto own_rows = [&](const KvFormat& f) {
+    switch (f.dtype) {
+      case KvDType::kFp32:
+      case KvDType::kFp16: return true;
+      case KvDType::kFp8E4M3: return fp8_scale() == Fp8Scale::kCalibrated;
+      case KvDType::kInt: return f.spec.token_group() == 1;
+    }
+    return false;
+  };
+  const KvTier tier = tiers().front();
+  return own_rows(tier.key) && own_rows(tier.value);
+}
+
 void KvPolicy::rotate(RotatedPart part, std::span<float> rows, std::int64_t head_dim) const {
   const KvRotation r = rotation();
   if (!r.hadamard) return;

@@ -104,6 +104,16 @@ class KvPolicy {
   // Whether a request's heads hold their tokens packed in position order in one tier, so that a
   // swap can copy them out and back byte for byte.
   bool swappable() const { return !evicts() && tiers().size() == 1; }
+  // Whether the pages of a prompt's first n tokens are a function of those n tokens alone: the
+  // same bytes whether the prefix was stored alone or inside any longer prompt. Only such a
+  // policy may reuse a cached prefix's pages (the scheduler's prefix cache) or share pages at
+  // all. The default derives it from the formats: every token kept, in one tier, each token's
+  // codes and metadata from its own rows (fp32, fp16, INT per token or per channel group of a
+  // token, FP8 with a calibrated scale; a Quest page's key range is its own tokens'). Not
+  // closed: evicting and tier-splitting policies (they choose from the whole prompt), KIVI's
+  // per-channel key groups, FP8 with the prompt's amax as the scale. A policy may override it;
+  // properties/optimized/prefix_closed_props.cpp holds each declaration to the bytes.
+  virtual bool prefix_closed() const;
   // Queries at the end of the prompt whose column sums PromptScores::window holds (0: none).
   virtual std::int64_t observation_window() const { return 0; }
   // The prompt positions a head of `layer` keeps, ascending, from its prefill scores.

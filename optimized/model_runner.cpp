@@ -68,7 +68,7 @@ void ModelRunner::mlp(const EngineLayer& layer, std::vector<float>& x, std::int6
   auto linear = [&](const DenseWeight& w, const std::vector<float>& in, std::vector<float>& out) {
     const StepTimer timer(StepPart::kProjections, !prefill);
     out.resize(static_cast<std::size_t>(rows * w.out()));
-    if (prefill) {
+    if (prefill && !reusable_prefill_) {
       backend_.linear_prefill(w, in, rows, out);
     } else {
       backend_.linear(w, in, rows, out);
@@ -84,23 +84,62 @@ void ModelRunner::mlp(const EngineLayer& layer, std::vector<float>& x, std::int6
   add_into(x, down);
 }
 
+void ModelRunner::set_reusable_prefill(bool on) {
+  if (on && !cache_.policy().prefix_closed()) {
+    throw InputError(fmt::format("policy {}: prefix reuse needs a prefix-closed policy (its pages of a prefix must not "
+                                 "depend on the tokens after it); this one is not", cache_.policy().name()));
+  }
+  reusable_prefill_ = on;
+}
+
 std::vector<float> ModelRunner::prefill(std::int64_t request, std::span<const std::int32_t> tokens,
                                         std::vector<float>* all_logits) {
+  return prefill_rows(request, tokens, 0, all_logits);
+}
+
+std::vector<float> ModelRunner::prefill_after_prefix(std::int64_t request, std::span<const std::int32_t> tokens,
+                                                     std::int64_t cached) {
+  if (!reusable_prefill_) {
+    throw std::logic_error(fmt::format("request {}: prefill_after_prefix needs set_reusable_prefill(true)", request));
+  }
+  const auto T = static_cast<std::int64_t>(tokens.size());
+  if (cached <= 0 || cached >= T || !cache_.has(request) || cache_.tokens(request) != T) {
+    throw std::logic_error(fmt::format("request {}: prefill_after_prefix of {} cached of {} tokens, the cache holds {}",
+                                       request, cached, T, cache_.has(request) ? cache_.tokens(request) : -1));
+  }
+  return prefill_rows(request, tokens, cached, nullptr);
+}
+
+std::vector<float> ModelRunner::prefill_rows(std::int64_t request, std::span<const std::int32_t> tokens,
+                                             std::int64_t first, std::vector<float>* all_logits) {
   const NvtxRange range("prefill");
   const StepTimer timer(StepPart::kPrefill);
   check_tokens(request, tokens, 0);
   const ModelConfig& c = weights_.config;
-  const std::int64_t T = static_cast<std::int64_t>(tokens.size());
+  const std::int64_t total = static_cast<std::int64_t>(tokens.size());
+  // The rows computed here: prompt positions first .. total-1 (first > 0: the rest is cached).
+  const std::int64_t T = total - first;
   const std::int64_t H = c.hidden_size;
   const KvPolicy& policy = cache_.policy();
   // An evicting (or tier-splitting) policy chooses the kept tokens from the prompt's attention, so
   // its pages are allocated after the compute; the pool is checked first all the same.
   const bool evicting = policy.selects_prompt();
+  const bool reusable = reusable_prefill_;
   if (evicting) {
     cache_.check_prompt_fits(T);  // PoolExhausted here, before any compute
-  } else {
+  } else if (first == 0) {
     cache_.reserve_prompt(request, T);  // PoolExhausted here, before any compute
   }
+  // Projections: one blocked GEMM per weight, or (reusable) the batch-invariant row kernel, whose
+  // rows do not depend on how many rows are computed.
+  const auto project = [&](const DenseWeight& w, const std::vector<float>& in, std::vector<float>& out) {
+    if (reusable) {
+      backend_.linear(w, in, T, out);
+    } else {
+      backend_.linear_prefill(w, in, T, out);
+    }
+  };
+  std::vector<float> cached_k, cached_v;  // reusable: the layer's keys and values as stored, [total][kv_dim]
   const std::int64_t kvh = c.num_key_value_heads;
   const std::int64_t group = c.group_size();
   const std::int64_t window = evicting ? policy.observation_window() : 0;
@@ -122,10 +161,10 @@ std::vector<float> ModelRunner::prefill(std::int64_t request, std::span<const st
   };
   try {
     std::vector<std::int32_t> positions(static_cast<std::size_t>(T));
-    for (std::int64_t t = 0; t < T; ++t) positions[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(t);
+    for (std::int64_t t = 0; t < T; ++t) positions[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(first + t);
     std::vector<float> x(static_cast<std::size_t>(T * H));
     for (std::int64_t t = 0; t < T; ++t) {
-      weights_.embedding.widen_row_to(tokens[static_cast<std::size_t>(t)], x.data() + t * H);
+      weights_.embedding.widen_row_to(tokens[static_cast<std::size_t>(first + t)], x.data() + t * H);
     }
     std::vector<float> n(x.size()), q, k, v, attn(static_cast<std::size_t>(T * c.q_dim())), o, normed;
     for (std::int32_t l = 0; l < c.num_hidden_layers; ++l) {
@@ -134,26 +173,27 @@ std::vector<float> ModelRunner::prefill(std::int64_t request, std::span<const st
       q.resize(static_cast<std::size_t>(T * c.q_dim()));
       k.resize(static_cast<std::size_t>(T * c.kv_dim()));
       v.resize(k.size());
-      backend_.linear_prefill(layer.q, n, T, q);
-      backend_.linear_prefill(layer.k, n, T, k);
-      backend_.linear_prefill(layer.v, n, T, v);
+      project(layer.q, n, q);
+      project(layer.k, n, k);
+      project(layer.v, n, v);
       if (c.qk_norm()) {
         head_norm(backend_, q, T, c.num_attention_heads, layer.q_norm, c.rms_norm_eps, normed);
         head_norm(backend_, k, T, c.num_key_value_heads, layer.k_norm, c.rms_norm_eps, normed);
       }
       backend_.rope(q, T, c.num_attention_heads, c.head_dim, positions, weights_.rope_cos, weights_.rope_sin);
       backend_.rope(k, T, c.num_key_value_heads, c.head_dim, positions, weights_.rope_cos, weights_.rope_sin);
-      if (trace_ && trace_->on_kv) trace_->on_kv(request, l, 0, T, k, v);
+      if (trace_ && trace_->on_kv) trace_->on_kv(request, l, static_cast<std::int32_t>(first), T, k, v);
       // A rotating policy's space from here to the attention output (a no-op for the others).
       policy.rotate(RotatedPart::kQuery, q, c.head_dim);
       policy.rotate(RotatedPart::kKey, k, c.head_dim);
       policy.rotate(RotatedPart::kValue, v, c.head_dim);
       if (!evicting) {
         const NvtxRange quantize("quantize");
-        cache_.write_prompt_layer(request, l, T, k, v);
+        cache_.write_prompt_rows(request, l, first, T, k, v);
       }
       PrefillAttentionInput in;
-      in.tokens = T;
+      in.tokens = total;
+      in.first_query = first;
       in.n_heads = c.num_attention_heads;
       in.n_kv_heads = c.num_key_value_heads;
       in.head_dim = c.head_dim;
@@ -161,6 +201,14 @@ std::vector<float> ModelRunner::prefill(std::int64_t request, std::span<const st
       in.q = q;
       in.k = k;
       in.v = v;
+      if (reusable) {
+        // Every prompt key and value as the cache holds it, cached prefix and new rows alike.
+        cached_k.resize(static_cast<std::size_t>(total * c.kv_dim()));
+        cached_v.resize(cached_k.size());
+        cache_.read_prompt_rows(request, l, total, cached_k, cached_v);
+        in.k = cached_k;
+        in.v = cached_v;
+      }
       in.window = window;
       PrefillAttentionOutput out;
       out.out = attn;
@@ -180,7 +228,7 @@ std::vector<float> ModelRunner::prefill(std::int64_t request, std::span<const st
         layer_values.push_back(v);
       }
       o.resize(x.size());
-      backend_.linear_prefill(layer.o, attn, T, o);
+      project(layer.o, attn, o);
       add_into(x, o);
       mlp(layer, x, T, true);
     }
@@ -196,9 +244,9 @@ std::vector<float> ModelRunner::prefill(std::int64_t request, std::span<const st
       cache_.commit_prompt(request, T, kept, all_scores, layer_keys, layer_values);
     }
     // Only the rows whose logits are wanted go through the final norm and the head.
-    const std::int64_t first = all_logits ? 0 : T - 1;
-    const std::int64_t rows = T - first;
-    std::vector<float> last(x.begin() + first * H, x.end());
+    const std::int64_t first_row = all_logits ? 0 : T - 1;
+    const std::int64_t rows = T - first_row;
+    std::vector<float> last(x.begin() + first_row * H, x.end());
     std::vector<float> nl(last.size());
     backend_.rmsnorm(last, rows, weights_.final_norm, c.rms_norm_eps, nl);
     std::vector<float> logits(static_cast<std::size_t>(rows * c.vocab_size));

@@ -73,6 +73,22 @@ class ModelRunner {
   std::vector<float> prefill(std::int64_t request, std::span<const std::int32_t> tokens,
                              std::vector<float>* all_logits = nullptr);
 
+  // Prefix reuse (the scheduler's prefix cache) needs a prefill whose rows do not depend on how
+  // much of the prompt it computes: projections through Backend::linear (batch-invariant), and
+  // attention over the prompt's keys and values as the cache stores them (read back after the
+  // write), so that a prefix taken from the cache and one computed here give the same bits, as
+  // in an engine whose prefill reads the cache (vLLM). Off by default: the report's and verify's
+  // prefill is one blocked GEMM per weight and attends over the unrounded prompt. InputError
+  // when the policy is not prefix-closed (KvPolicy::prefix_closed).
+  void set_reusable_prefill(bool on);
+  bool reusable_prefill() const { return reusable_prefill_; }
+  // Prefill of a request whose first `cached` prompt tokens are already in its pages and whose
+  // other pages are reserved (PagedKvCache::reserve_prompt_after_prefix): computes positions
+  // cached .. T-1 only, and returns the last position's logits, the bits prefill() would give
+  // in reusable mode. logic_error unless reusable and 0 < cached < T.
+  std::vector<float> prefill_after_prefix(std::int64_t request, std::span<const std::int32_t> tokens,
+                                          std::int64_t cached);
+
   // One decode step: tokens[i] of requests[i] at positions[i] (each request's next position).
   // Returns logits [batch][vocab]. PoolExhausted, before any compute and with nothing reserved,
   // when a head needs a page the pool does not have.
@@ -84,6 +100,9 @@ class ModelRunner {
 
  private:
   void check_tokens(std::int64_t request, std::span<const std::int32_t> tokens, std::int64_t pos0) const;
+  // Prefill of prompt positions first .. T-1 (first > 0: reusable mode, the rest cached).
+  std::vector<float> prefill_rows(std::int64_t request, std::span<const std::int32_t> tokens, std::int64_t first,
+                                  std::vector<float>* all_logits);
   // x += o_proj(attention) and x += down(swiglu(gate, up)) for one layer of a decode batch.
   void mlp(const EngineLayer& layer, std::vector<float>& x, std::int64_t rows, bool prefill);
 
@@ -91,6 +110,7 @@ class ModelRunner {
   Backend& backend_;
   PagedKvCache& cache_;
   const RunnerTrace* trace_ = nullptr;
+  bool reusable_prefill_ = false;
 };
 
 }  // namespace kvcheck

@@ -266,20 +266,26 @@ void PagedKvCache::reserve_prompt(std::int64_t request, std::int64_t tokens) {
 
 void PagedKvCache::write_prompt_layer(std::int64_t request, std::int32_t layer, std::int64_t tokens,
                                       std::span<const float> keys, std::span<const float> values) {
+  write_prompt_rows(request, layer, 0, tokens, keys, values);
+}
+
+void PagedKvCache::write_prompt_rows(std::int64_t request, std::int32_t layer, std::int64_t first, std::int64_t tokens,
+                                     std::span<const float> keys, std::span<const float> values) {
   const std::int64_t kv_dim = model_.kv_dim();
   const std::int64_t d = model_.head_dim;
   if (static_cast<std::int64_t>(keys.size()) != tokens * kv_dim ||
       static_cast<std::int64_t>(values.size()) != tokens * kv_dim) {
-    throw std::invalid_argument("paged KV cache: write_prompt_layer keys/values have the wrong size");
+    throw std::invalid_argument("paged KV cache: write_prompt_rows keys/values have the wrong size");
   }
-  // The prompt phase wrote token t of the tier at page t / tpp, slot t % tpp. Each head's rows are
-  // encoded as one block (FP8: the prompt's amax sets the head's scale).
+  // The prompt phase (or extend) wrote token t of the tier at page t / tpp, slot t % tpp. Each
+  // head's rows are encoded as one block (FP8: the prompt's amax sets the head's scale).
   const std::int64_t tpp = manager_.pool().tokens_per_page(kHighTier);
   std::vector<SlotRef> slots(static_cast<std::size_t>(tokens));
   std::vector<std::int32_t> positions(slots.size());
-  for (std::int64_t t = 0; t < tokens; ++t) {
-    slots[static_cast<std::size_t>(t)] = SlotRef{kHighTier, t / tpp, t % tpp};
-    positions[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(t);
+  for (std::int64_t i = 0; i < tokens; ++i) {
+    const std::int64_t t = first + i;
+    slots[static_cast<std::size_t>(i)] = SlotRef{kHighTier, t / tpp, t % tpp};
+    positions[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(t);
   }
   std::vector<float> k(static_cast<std::size_t>(tokens * d)), v(k.size());
   for (std::int32_t h = 0; h < model_.num_key_value_heads; ++h) {
@@ -289,6 +295,55 @@ void PagedKvCache::write_prompt_layer(std::int64_t request, std::int32_t layer, 
       std::copy_n(values.begin() + at, d, v.begin() + t * d);
     }
     store_block(request, layer, h, kHighTier, slots, positions, k, v);
+  }
+}
+
+void PagedKvCache::read_prompt_rows(std::int64_t request, std::int32_t layer, std::int64_t tokens, std::span<float> keys,
+                                    std::span<float> values) const {
+  const std::int64_t kv_dim = model_.kv_dim();
+  const std::int64_t d = model_.head_dim;
+  if (static_cast<std::int64_t>(keys.size()) != tokens * kv_dim ||
+      static_cast<std::int64_t>(values.size()) != tokens * kv_dim) {
+    throw std::invalid_argument("paged KV cache: read_prompt_rows keys/values have the wrong size");
+  }
+  const KvTier& tier = tiers_.front();
+  if (uses_low_tier_ || tier.key.spec.token_group() != 1 || tier.value.spec.token_group() != 1) {
+    throw std::logic_error(fmt::format("paged KV cache: read_prompt_rows under policy {}: per-token formats in one "
+                                       "tier only", policy_.name()));
+  }
+  const PagePool& pool = manager_.pool();
+  const std::int64_t tpp = pool.tokens_per_page(kHighTier);
+  // One block per head and part: the slots' code rows and metadata, in position order.
+  const auto decode = [&](const KvFormat& format, std::span<const PagePool::SlotCodes> codes, bool key, std::span<float> out,
+                          std::int64_t h) {
+    EncodedBlock b;
+    b.rows = tokens;
+    for (const PagePool::SlotCodes& c : codes) {
+      const std::vector<std::uint8_t>& row = key ? c.key : c.value;
+      const std::vector<std::uint8_t>& meta = key ? c.key_meta : c.value_meta;
+      b.row_bytes = static_cast<std::int64_t>(row.size());
+      b.codes.insert(b.codes.end(), row.begin(), row.end());
+      if (format.dtype == KvDType::kFp8E4M3) {
+        // FP8 carries the head's scale in every slot: a prefix-closed FP8 policy's is fixed.
+        std::memcpy(&b.fp8_scale, meta.data(), sizeof b.fp8_scale);
+      } else {
+        b.slot_meta_bytes = static_cast<std::int64_t>(meta.size());
+        b.slot_meta.insert(b.slot_meta.end(), meta.begin(), meta.end());
+      }
+    }
+    const std::vector<float> rows = decode_block(format, b, d);
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      std::copy_n(rows.begin() + t * d, d, out.begin() + t * kv_dim + h * d);
+    }
+  };
+  std::vector<PagePool::SlotCodes> codes(static_cast<std::size_t>(tokens));
+  for (std::int32_t h = 0; h < model_.num_key_value_heads; ++h) {
+    const PageTable& table = manager_.table(request, layer, h);
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      codes[static_cast<std::size_t>(t)] = pool.load_codes(table.at(kHighTier, t / tpp), t % tpp);
+    }
+    decode(tier.key, codes, true, keys, h);
+    decode(tier.value, codes, false, values, h);
   }
 }
 
@@ -518,6 +573,17 @@ void PagedKvCache::share_prefix(std::int64_t from, std::int64_t to, std::int64_t
     throw;
   }
   if (const auto it = fp8_scales_.find(from); it != fp8_scales_.end()) fp8_scales_[to] = it->second;
+}
+
+void PagedKvCache::reserve_prompt_after_prefix(std::int64_t from, std::int64_t to, std::int64_t shared,
+                                              std::int64_t prompt_tokens) {
+  share_prefix(from, to, shared);
+  try {
+    if (prompt_tokens > shared) manager_.extend(to, prompt_tokens - shared);
+  } catch (...) {
+    release(to);
+    throw;
+  }
 }
 
 void PagedKvCache::release(std::int64_t request) {

@@ -59,6 +59,16 @@ class PagedKvCache {
   // Stores one layer of a reserved prompt: keys and values are [tokens][kv_dim], post-RoPE.
   void write_prompt_layer(std::int64_t request, std::int32_t layer, std::int64_t tokens, std::span<const float> keys,
                           std::span<const float> values);
+  // The same for prompt positions first .. first + tokens - 1 of a request whose first `first`
+  // positions are already stored (a prefix taken from the prefix cache): rows [tokens][kv_dim].
+  void write_prompt_rows(std::int64_t request, std::int32_t layer, std::int64_t first, std::int64_t tokens,
+                         std::span<const float> keys, std::span<const float> values);
+  // What the cache holds for prompt positions 0 .. tokens-1 of one layer, decoded to float
+  // ([tokens][kv_dim] each, kernels/cpu/page_encode.h decode_block): the keys and values a
+  // prefix-reusing prefill attends over, so that a cached prefix and a computed one are the same
+  // numbers. Per-token formats only (a prefix-closed policy's; logic_error otherwise).
+  void read_prompt_rows(std::int64_t request, std::int32_t layer, std::int64_t tokens, std::span<float> keys,
+                        std::span<float> values) const;
 
   // Eviction policies choose a prompt's kept tokens after its prefill; they check the pool first
   // (PoolExhausted, before any compute, when the pages of `tokens` prompt tokens are not free)...
@@ -95,6 +105,11 @@ class PagedKvCache {
   // and `from`'s FP8 scales. Uniform policies: every head holds positions 0 .. n-1 packed. On an
   // InputError `to` is not admitted.
   void share_prefix(std::int64_t from, std::int64_t to, std::int64_t tokens);
+  // A prefix-cache hit: admits `to` holding references to `from`'s first `shared` tokens (whole
+  // pages: share_prefix) and fresh pages for its prompt's other prompt_tokens - shared tokens
+  // (UnifiedPageManager::extend), to be written by write_prompt_rows. PoolExhausted or
+  // InputError: `to` is not admitted.
+  void reserve_prompt_after_prefix(std::int64_t from, std::int64_t to, std::int64_t shared, std::int64_t prompt_tokens);
   // Frees every page of the request (finished, or preempted).
   void release(std::int64_t request);
   // Frees every page of a preempted request (counted in the manager's preemption statistics).

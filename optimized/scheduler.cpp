@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <utility>
 
 #include "optimized/greedy_decoding.h"
@@ -45,6 +46,24 @@ Scheduler::Scheduler(ModelRunner& runner, SchedulerConfig config)
     throw InputError(fmt::format("scheduler: preemption by swap needs a policy that keeps every token in one tier "
                                  "(policy {} does not); use recompute or auto", cache_.policy().name()));
   }
+  if (config_.prefix_cache) {
+    if (config_.reserve_tokens > 0) {
+      throw InputError("scheduler: the prefix cache shares pages, which needs paging (reserve_tokens 0)");
+    }
+    runner_.set_reusable_prefill(true);  // InputError naming a policy that is not prefix-closed
+    prefix_.emplace(cache_, config_.prefix_cache_hash_bits);
+  }
+}
+
+void Scheduler::drop_prefix(Running& r) {
+  if (prefix_ && !r.prefix_chain.empty()) prefix_->unpin(r.prefix_chain);
+  r.prefix_chain.clear();
+}
+
+bool Scheduler::evict_cached() {
+  if (!prefix_ || !prefix_->evict_one()) return false;
+  ++stats_.prefix_evictions;
+  return true;
 }
 
 void Scheduler::log(const std::string& line) const {
@@ -70,6 +89,9 @@ void Scheduler::append_token(Running& r, std::int32_t token) {
 
 void Scheduler::submit(GenerationRequest request) {
   if (results_.contains(request.id)) throw InputError(fmt::format("request {}: id submitted twice", request.id));
+  if (PrefixPageCache::is_holder(request.id)) {
+    throw InputError(fmt::format("request {}: ids below -2^62 are the prefix cache's own", request.id));
+  }
   const ModelConfig& c = runner_.weights().config;
   Running r;
   r.result.id = request.id;
@@ -113,6 +135,7 @@ const char* Scheduler::stop_reason(const Running& r) const {
 }
 
 void Scheduler::finish(Running& r, const std::string& reason) {
+  drop_prefix(r);
   cache_.release(r.request.id);
   r.result.stop_reason = reason;
   r.result.finished_step = step_;
@@ -120,6 +143,7 @@ void Scheduler::finish(Running& r, const std::string& reason) {
 }
 
 void Scheduler::fail(Running& r, const std::string& error) {
+  drop_prefix(r);
   cache_.release(r.request.id);
   r.result.stop_reason = "error";
   // Errors from the engine (RequestInputError, InputError) already name the request.
@@ -141,18 +165,37 @@ void Scheduler::start(Running& r) {
     return;
   }
   const ModelConfig& c = runner_.weights().config;
-  std::vector<float> logits = runner_.prefill(id, r.request.prompt);
-  stats_.prefill_tokens += static_cast<std::int64_t>(r.request.prompt.size());
+  const std::span<const std::int32_t> prompt(r.request.prompt);
+  const auto prompt_tokens = static_cast<std::int64_t>(prompt.size());
+  std::vector<float> logits;
+  if (prefix_) {
+    // The cached whole pages of this prompt, leaving at least its last token to compute.
+    ++stats_.prefix_lookups;
+    const PrefixPageCache::Hit hit = prefix_->lookup(prompt, prompt_tokens - 1);
+    if (hit.chain.empty()) {
+      logits = runner_.prefill(id, prompt);
+    } else {
+      cache_.reserve_prompt_after_prefix(prefix_->holder(hit.chain.back()), id, hit.tokens(), prompt_tokens);
+      logits = runner_.prefill_after_prefix(id, prompt, hit.tokens());  // releases the request if it throws
+      stats_.prefix_hit_tokens += hit.tokens();
+    }
+    stats_.prefill_tokens += prompt_tokens - hit.tokens();
+    prefix_->pin(hit.chain);
+    r.prefix_chain = prefix_->insert(id, prompt, hit);
+  } else {
+    logits = runner_.prefill(id, prompt);
+    stats_.prefill_tokens += prompt_tokens;
+  }
   if (r.recompute) {
     // Replay the generated tokens the way they first ran: one decode step each, alone. The last
     // generated token is the input of the next regular step, so it is not replayed.
-    const auto prompt = static_cast<std::int64_t>(r.request.prompt.size());
     for (std::size_t i = 0; i + 1 < r.result.tokens.size(); ++i) {
-      const std::int32_t position = static_cast<std::int32_t>(prompt + static_cast<std::int64_t>(i));
+      const std::int32_t position = static_cast<std::int32_t>(prompt_tokens + static_cast<std::int64_t>(i));
       const std::int64_t ids[1] = {id};
       try {
         runner_.decode(ids, {&r.result.tokens[i], 1}, {&position, 1});
       } catch (...) {
+        drop_prefix(r);
         cache_.release(id);
         throw;
       }
@@ -194,15 +237,44 @@ void Scheduler::admit() {
     // its context cannot be placed even alone, and decode if it cannot grow even alone (waiting
     // would be forever: the ci/fuzz.sh scheduler target found a request whose prompt filled the
     // pool exactly, so that its next token never fit, waiting through 78 million steps).
-    const std::int64_t need = cache_.request_pages(context(r) + 1);
+    std::int64_t need = cache_.request_pages(context(r) + 1);
+    // A prefix hit brings its pages along; they stay pinned while room is made, so that the
+    // eviction below does not take them.
+    PrefixPageCache::Hit hit;
+    if (prefix_ && !r.swapped) {
+      hit = prefix_->lookup(r.request.prompt, static_cast<std::int64_t>(r.request.prompt.size()) - 1);
+      prefix_->pin(hit.chain);
+      need -= static_cast<std::int64_t>(hit.chain.size()) * cache_.manager().heads_per_request();
+    }
+    const auto unpin_hit = [&] {
+      if (prefix_) prefix_->unpin(hit.chain);
+    };
+    // Idle cached pages count as used until they are evicted, oldest first, to make room.
+    while (config_.reserve_tokens == 0 && pool - cache_.free_pages() + need > limit && !running_.empty() &&
+           evict_cached()) {
+    }
     const std::int64_t used = pool - cache_.free_pages();
     if (config_.reserve_tokens == 0 && used + need > limit && !running_.empty()) {
+      unpin_hit();
       log(fmt::format("request {} waits: needs {} pages, {} used of {} (watermark {} pages)", r.request.id, need,
                       used, pool, limit));
       break;
     }
+    std::exception_ptr error;
+    for (;;) {
+      try {
+        start(r);
+      } catch (const PoolExhausted&) {
+        if (evict_cached()) continue;  // start changed nothing: try again with the room made
+        error = std::current_exception();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      break;
+    }
+    unpin_hit();
     try {
-      start(r);
+      if (error) std::rethrow_exception(error);
     } catch (const PoolExhausted& e) {
       if (running_.empty()) {
         Running failed = std::move(r);
@@ -250,6 +322,7 @@ void Scheduler::preempt(Running& r) {
                   r.request.id, preemption_mode_name(mode), ctx, held, cache_.free_pages(), cache_.pool_pages(),
                   preemption_mode_name(config_.preemption), config_.recompute_max_tokens,
                   evicts ? ", always for a policy that evicts or splits tiers" : ""));
+  drop_prefix(r);
   if (mode == PreemptionMode::kSwap) {
     const NvtxRange range("swap");
     r.swapped = cache_.swap_out(r.request.id);
@@ -263,6 +336,7 @@ void Scheduler::preempt(Running& r) {
 }
 
 void Scheduler::preempt_to_recompute(Running& r) {
+  drop_prefix(r);
   cache_.preempt(r.request.id);
   r.recompute = true;
   ++stats_.preemptions_recompute;
@@ -284,7 +358,9 @@ void Scheduler::decode() {
     try {
       logits = runner_.decode(ids, tokens, positions);
     } catch (const PoolExhausted& e) {
-      // Preempt the most recently admitted request and retry; alone and still too big: fail it.
+      // Evict an idle cached prefix page first; then preempt the most recently admitted request
+      // and retry; alone and still too big: fail it.
+      if (evict_cached()) continue;
       auto victim = std::max_element(running_.begin(), running_.end(), [](const Running& a, const Running& b) {
         return a.admit_order < b.admit_order;
       });
@@ -390,6 +466,11 @@ bool Scheduler::step() {
   const StepTimer timer(StepPart::kStep);
   admit();
   decode();
+  if (prefix_) {
+    stats_.peak_shared_pages = std::max(stats_.peak_shared_pages, prefix_->shared_pages());
+    stats_.prefix_cached_entries = prefix_->entries();
+  }
+  stats_.cow_copies = cache_.manager().cow_copies();
   ++step_;
   ++stats_.steps;
   return !(waiting_.empty() && running_.empty());

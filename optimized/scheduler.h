@@ -42,6 +42,7 @@
 
 #include "optimized/model_runner.h"
 #include "optimized/paged_kv_cache.h"
+#include "optimized/prefix_page_cache.h"
 
 namespace kvcheck {
 
@@ -74,6 +75,15 @@ struct SchedulerConfig {
   // Host memory for swapped-out requests, bytes (0: unbounded). A swap preemption that would hold
   // more falls back to recompute.
   std::int64_t max_swap_bytes = 0;
+  // Prefix caching (optimized/prefix_page_cache.h): a prompt starting with the whole pages of an
+  // earlier prompt takes references to them instead of computing them (at least its last token is
+  // computed: its logits give the first output token), and its own whole prompt pages are cached
+  // for later prompts; idle cached pages are evicted, least recently used first, when admission
+  // or a decode step needs pages. Needs paging (reserve_tokens 0) and a prefix-closed policy, and
+  // turns on the runner's reusable prefill (ModelRunner::set_reusable_prefill), so every
+  // request's tokens and logits are those of its run without the cache in that mode.
+  bool prefix_cache = false;
+  int prefix_cache_hash_bits = 64;  // tests: a few bits make hash collisions common
 };
 
 struct GenerationRequest {
@@ -107,6 +117,13 @@ struct SchedulerStats {
   std::int64_t swap_budget_recomputes = 0;  // swap preemptions turned into recompute by max_swap_bytes
   std::int64_t cancelled = 0;
   std::int64_t request_faults = 0;  // requests failed alone by their own NaN / out-of-range activations
+  // Prefix caching (zero without it).
+  std::int64_t prefix_lookups = 0;
+  std::int64_t prefix_hit_tokens = 0;       // prompt tokens taken from the cache: prefill tokens saved
+  std::int64_t prefix_evictions = 0;        // cached pages (whole pages of every head) evicted
+  std::int64_t prefix_cached_entries = 0;   // cached whole pages at the end
+  std::int64_t peak_shared_pages = 0;       // pages two or more running requests listed at once, peak over steps
+  std::int64_t cow_copies = 0;              // copy-on-write page copies (the page manager's)
 };
 
 class Scheduler {
@@ -140,6 +157,7 @@ class Scheduler {
     std::int64_t reserved_pages = 0;               // its contiguous reservation (reserve_tokens > 0)
     std::optional<PagedKvCache::Swapped> swapped;  // set while preempted by swap
     bool recompute = false;                        // set while preempted by recompute
+    std::vector<BlockId> prefix_chain;             // prefix-cache entries it pins (its prompt's whole pages)
   };
   void log(const std::string& line) const;
   // Tokens a contiguous reservation holds for this request: prompt + output cap, at most
@@ -154,6 +172,10 @@ class Scheduler {
   // Frees r's pages and marks it to be prefilled again and its generated tokens replayed.
   void preempt_to_recompute(Running& r);
   void finish(Running& r, const std::string& reason);
+  // Unpins r's prefix-cache entries (when its pages go: finish, failure, preemption).
+  void drop_prefix(Running& r);
+  // Evicts the least recently used idle cached prefix page; false when none.
+  bool evict_cached();
   void fail(Running& r, const std::string& error);
   // Why the request stops now (optimized/greedy_decoding.h), or nullptr.
   const char* stop_reason(const Running& r) const;
@@ -167,6 +189,7 @@ class Scheduler {
   std::int64_t step_ = 0;
   std::int64_t admit_counter_ = 0;
   std::int64_t swap_held_bytes_ = 0;
+  std::optional<PrefixPageCache> prefix_;
   std::deque<Running> waiting_;        // arrival order; preempted requests go back to the front
   std::vector<Running> running_;
   std::map<std::int64_t, GenerationResult> results_;

@@ -623,6 +623,39 @@ void UnifiedPageManager::share_prefix(std::int64_t from, std::int64_t to, std::i
   target.prompted = true;
 }
 
+void UnifiedPageManager::extend(std::int64_t request, std::int64_t tokens) {
+  const std::string where = fmt::format("extend request {}", request);
+  RequestState& r = request_state(request, "extend");
+  if (!r.prompted) throw input_error(where, "request", "the prompt phase has not run (share_prefix first)");
+  if (tokens <= 0) throw input_error(where, "tokens", "must be positive, got {}", tokens);
+  const std::int64_t a = pool_.tokens_per_page(kHighTier);
+  const std::int64_t pages = pages_for(tokens, a);
+  for (const HeadState& h : r.heads) {
+    if (h.table.count(kLowTier) != 0 || h.live[kHighTier] != h.table.count(kHighTier) * a) {
+      throw input_error(h.table.key().where(), "extend", "{} live tokens in {} high and {} low pages: extend needs whole "
+                        "high pages only", h.live[kHighTier] + h.live[kLowTier], h.table.count(kHighTier),
+                        h.table.count(kLowTier));
+    }
+    h.table.require_room(pages);
+  }
+  const auto n = static_cast<std::int64_t>(r.heads.size());
+  if (n * pages > list_.free_count()) throw PoolExhausted(where, n * pages, list_.free_count());
+  const std::vector<std::int64_t> allocate(static_cast<std::size_t>(n), pages), none(static_cast<std::size_t>(n), 0);
+  record(kvcheck::compaction_round(list_, allocate, none, config_.compaction, [&](std::int64_t k, std::int64_t at, std::int64_t) {
+    HeadState& h = r.heads[static_cast<std::size_t>(k)];
+    const std::int64_t first = h.live[kHighTier];
+    for (std::int64_t i = 0; i < pages; ++i) {
+      const PageId id = list_.id_at(at + i);
+      pool_.format(id, PageOwner{h.table.key(), kHighTier});
+      h.table.push(kHighTier, id);
+      for (std::int64_t s = 0; s < a && i * a + s < tokens; ++s) {
+        pool_.put(id, s, TokenPayload{static_cast<std::int32_t>(first + i * a + s), 0.0f});
+      }
+    }
+    h.live[kHighTier] = first + tokens;
+  }));
+}
+
 void UnifiedPageManager::preempt(std::int64_t request) {
   release(request);
   ++preemptions_;

@@ -18,6 +18,10 @@
 //                  recycled in the round) and by SpvLLM's free-block and sparse-copy strategies;
 //   repack         per head and tier, live slots move into the outermost ceil(live / tpp) pages
 //                  and the emptied pages are recycled;
+//   extend         a prompted request whose heads hold only whole high pages (a prefix taken by
+//                  share_prefix from the prefix cache) gets `tokens` more prompt slots per head:
+//                  ceil(tokens / a) new high pages in one round, positions continuing the live
+//                  count; the shared pages are not touched, so nothing is copied;
 //   finish/preempt every page of the request returns to the free list (a shared one: its count
 //                  drops, and it returns when no table lists it any more);
 //   share_prefix   copy-on-write sharing (vLLM's fork / prefix reuse over these pages): an admitted,
@@ -144,6 +148,7 @@ class UnifiedPageManager {
   void finish(std::int64_t request);
   void preempt(std::int64_t request);
   void share_prefix(std::int64_t from, std::int64_t to, std::int64_t tokens);
+  void extend(std::int64_t request, std::int64_t tokens);
   // The table entries that list a page (0: free).
   std::int64_t refcount(PageId id) const;
 
@@ -168,6 +173,7 @@ class UnifiedPageManager {
   const FreePageList& free_list() const { return list_; }
   PageManagerStats stats() const;
   const CompactionRoundStats& last_round() const { return last_round_; }
+  std::int64_t cow_copies() const { return cow_copies_; }
 
  private:
   struct HeadState {

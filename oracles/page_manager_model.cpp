@@ -293,6 +293,38 @@ ModelOutcome PageManagerModel::share(std::int64_t from, std::int64_t to, std::in
   return ModelOutcome::kOk;
 }
 
+ModelOutcome PageManagerModel::extend(std::int64_t request, std::int64_t tokens) {
+  ModelRequest& r = requests_.at(request);
+  if (!r.prompted || tokens <= 0) return ModelOutcome::kRejected;
+  const std::int64_t pages = ceil_div(tokens, high_tpp_);
+  for (const ModelHead& h : r.heads) {
+    if (!h.pages[1].empty() || h.live_count(0) != static_cast<std::int64_t>(h.pages[0].size()) * high_tpp_) {
+      return ModelOutcome::kRejected;
+    }
+  }
+  for (const ModelHead& h : r.heads) {
+    if (static_cast<std::int64_t>(h.pages[0].size()) + pages > table_length()) return ModelOutcome::kTableFull;
+  }
+  if (heads_per_request() * pages > static_cast<std::int64_t>(free_.size())) return ModelOutcome::kPoolExhausted;
+  // The extended positions are the request's own, whatever its source held beyond the share.
+  if (auto it = lineage_.find(request); it != lineage_.end()) {
+    it->second.second = std::min(it->second.second, static_cast<std::int32_t>(r.heads.front().live_count(0)));
+  }
+  for (ModelHead& h : r.heads) {
+    const std::int64_t first = h.live_count(0);
+    for (std::int64_t i = 0; i < pages; ++i) {
+      ModelPage page{take(), std::vector<std::int32_t>(static_cast<std::size_t>(high_tpp_), kModelDead)};
+      for (std::int64_t s = 0; s < high_tpp_ && i * high_tpp_ + s < tokens; ++s) {
+        page.slots[static_cast<std::size_t>(s)] = static_cast<std::int32_t>(first + i * high_tpp_ + s);
+      }
+      h.pages[0].push_back(std::move(page));
+    }
+  }
+  r.next_position = static_cast<std::int32_t>(r.heads.front().live_count(0));
+  r.prompt_len = r.next_position;
+  return ModelOutcome::kOk;
+}
+
 std::int64_t PageManagerModel::refcount(std::int32_t id) const {
   std::int64_t n = 0;
   for (const auto& [rid, r] : requests_) {

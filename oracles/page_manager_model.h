@@ -146,6 +146,9 @@ class PageManagerModel {
   ModelOutcome decode(const std::vector<ModelDecodeOp>& ops);
   void release(std::int64_t request);  // finish or preempt
   ModelOutcome share(std::int64_t from, std::int64_t to, std::int64_t tokens);
+  // `tokens` more prompt slots per head of a prompted request whose heads hold only whole high
+  // pages: new pages taken head after head, positions continuing each head's live count.
+  ModelOutcome extend(std::int64_t request, std::int64_t tokens);
   // The table entries that list a page (0: free).
   std::int64_t refcount(std::int32_t id) const;
   bool holds_shared(const ModelHead& h) const;

@@ -52,15 +52,23 @@ void validate_input(const PrefillAttentionInput& in) {
   if (in.tile <= 0) throw input_error(kWhere, "tile", "must be positive, got {}", in.tile);
   if (in.window < 0) throw input_error(kWhere, "window", "must be >= 0, got {}", in.window);
   if (in.threads < 1) throw input_error(kWhere, "threads", "must be at least 1, got {}", in.threads);
+  if (in.first_query < 0 || in.first_query >= in.tokens) {
+    throw input_error(kWhere, "first_query", "must be in [0, tokens = {}), got {}", in.tokens, in.first_query);
+  }
 }
 
 void validate(const PrefillAttentionInput& in, const PrefillAttentionOutput& out) {
   validate_input(in);
   const std::int64_t q_width = in.n_heads * in.head_dim, kv_width = in.n_kv_heads * in.head_dim;
-  check_span(in.q.size(), in.tokens * q_width, "q", "[tokens][n_heads * head_dim]");
+  const std::int64_t queries = in.tokens - in.first_query;
+  check_span(in.q.size(), queries * q_width, "q", "[tokens - first_query][n_heads * head_dim]");
   check_span(in.k.size(), in.tokens * kv_width, "k", "[tokens][n_kv_heads * head_dim]");
   check_span(in.v.size(), in.tokens * kv_width, "v", "[tokens][n_kv_heads * head_dim]");
-  check_span(out.out.size(), in.tokens * q_width, "out", "[tokens][n_heads * head_dim]");
+  check_span(out.out.size(), queries * q_width, "out", "[tokens - first_query][n_heads * head_dim]");
+  if (in.first_query > 0 && (!out.column_sums.empty() || !out.window_sums.empty())) {
+    throw input_error(kWhere, "first_query", "{} with column or window sums: the sums need every query",
+                      in.first_query);
+  }
   if (!out.column_sums.empty()) {
     check_span(out.column_sums.size(), in.n_heads * in.tokens, "column_sums", "empty or [n_heads][tokens]");
   }
@@ -85,19 +93,21 @@ using row_ops::scale_row;
 
 // The head's view of the inputs: row pointers of query head h and its kv head.
 struct HeadView {
-  const float* q;  // row i at q + i * q_stride
+  const float* q;  // row i (>= first) at q + (i - first) * q_stride
   const float* k;  // row j at k + j * kv_stride
   const float* v;
-  float* out;      // row i at out + i * q_stride
-  std::int64_t q_stride, kv_stride, d, tokens, tile;
+  float* out;      // row i (>= first) at out + (i - first) * q_stride
+  std::int64_t q_stride, kv_stride, d, tokens, tile, first;
   float scale;
+  const float* q_row(std::int64_t i) const { return q + (i - first) * q_stride; }
+  float* out_row(std::int64_t i) const { return out + (i - first) * q_stride; }
 };
 
 HeadView head_view(const PrefillAttentionInput& in, const PrefillAttentionOutput& out, std::int64_t h) {
   const std::int64_t d = in.head_dim;
   const std::int64_t kv = h / (in.n_heads / in.n_kv_heads);
   return {in.q.data() + h * d, in.k.data() + kv * d, in.v.data() + kv * d, out.out.data() + h * d,
-          in.n_heads * d, in.n_kv_heads * d, d, in.tokens, tile_of(in), in.scale};
+          in.n_heads * d, in.n_kv_heads * d, d, in.tokens, tile_of(in), in.first_query, in.scale};
 }
 
 // One worker's scratch, one allocation for all of it.
@@ -129,7 +139,7 @@ void score_tile(const HeadView& hv, std::int64_t i0, std::int64_t nq, std::int64
                 float* scores) {
   for (std::int64_t r = 0; r < nq; ++r) {
     const std::int64_t i = i0 + r;
-    const float* q = hv.q + i * hv.q_stride;
+    const float* q = hv.q_row(i);
     const std::int64_t visible = std::min(nk, i - j0 + 1);  // keys j0 .. i of this tile
     for (std::int64_t c = 0; c < visible; ++c) {
       scores[r * hv.tile + c] = hv.scale * dot(q, hv.k + (j0 + c) * hv.kv_stride, hv.d);
@@ -144,7 +154,7 @@ void attend_query_tile(const HeadView& hv, std::int64_t i0, Scratch& s) {
   for (std::int64_t r = 0; r < nq; ++r) {
     s.m[r] = -std::numeric_limits<float>::infinity();
     s.l[r] = 0.0f;
-    std::fill_n(hv.out + (i0 + r) * hv.q_stride, hv.d, 0.0f);
+    std::fill_n(hv.out_row(i0 + r), hv.d, 0.0f);
   }
   for (std::int64_t j0 = 0; j0 < i_end; j0 += hv.tile) {
     const std::int64_t nk = std::min(hv.tile, i_end - j0);
@@ -155,7 +165,7 @@ void attend_query_tile(const HeadView& hv, std::int64_t i0, Scratch& s) {
       const float* row = s.scores + r * hv.tile;
       float m_new = s.m[r];
       for (std::int64_t c = 0; c < visible; ++c) m_new = std::max(m_new, row[c]);
-      float* acc = hv.out + (i0 + r) * hv.q_stride;
+      float* acc = hv.out_row(i0 + r);
       // Rescale what the earlier tiles accumulated to the new maximum (exp(-inf) = 0 at first).
       const float correction = std::exp(s.m[r] - m_new);
       if (correction != 1.0f) {
@@ -171,7 +181,7 @@ void attend_query_tile(const HeadView& hv, std::int64_t i0, Scratch& s) {
     }
   }
   for (std::int64_t r = 0; r < nq; ++r) {
-    scale_row(1.0f / s.l[r], hv.out + (i0 + r) * hv.q_stride, hv.d);
+    scale_row(1.0f / s.l[r], hv.out_row(i0 + r), hv.d);
     if (s.lse != nullptr) s.lse[i0 + r] = s.m[r] + std::log(s.l[r]);
   }
 }
@@ -200,7 +210,7 @@ void sum_query_tile(const HeadView& hv, std::int64_t i0, std::int64_t first_wind
 
 void attend_head(const PrefillAttentionInput& in, const PrefillAttentionOutput& out, std::int64_t h, Scratch& s) {
   const HeadView hv = head_view(in, out, h);
-  for (std::int64_t i0 = 0; i0 < in.tokens; i0 += hv.tile) attend_query_tile(hv, i0, s);
+  for (std::int64_t i0 = in.first_query; i0 < in.tokens; i0 += hv.tile) attend_query_tile(hv, i0, s);
   if (s.lse == nullptr) return;
   float* columns = out.column_sums.empty() ? nullptr : out.column_sums.data() + h * in.tokens;
   float* window = out.window_sums.empty() ? nullptr : out.window_sums.data() + h * in.tokens;

@@ -23,15 +23,20 @@ namespace kvcheck {
 struct PrefillAttentionInput {
   std::int64_t tokens = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
   float scale = 0.0f;                        // usually 1/sqrt(head_dim)
-  std::span<const float> q;                  // [tokens][n_heads * head_dim], post-RoPE, positions 0..tokens-1
-  std::span<const float> k, v;               // [tokens][n_kv_heads * head_dim]
+  std::span<const float> q;                  // [tokens - first_query][n_heads * head_dim], post-RoPE
+  std::span<const float> k, v;               // [tokens][n_kv_heads * head_dim], positions 0..tokens-1
+  // The queries (and output rows) are positions first_query .. tokens-1: a prompt whose first
+  // keys and values are already cached (prefix reuse). Each row's result has the same bits as
+  // with first_query 0: a row's key tiles start at key 0 whatever tile holds the row. No column
+  // or window sums with first_query > 0.
+  std::int64_t first_query = 0;
   std::int64_t tile = 64;                    // query and key tile size
   std::int64_t window = 0;                   // observation window: the last `window` queries (0: none)
   int threads = 1;                           // heads split over this many threads (kernels/cpu/parallel_for.h)
 };
 
 struct PrefillAttentionOutput {
-  std::span<float> out;                      // [tokens][n_heads * head_dim]
+  std::span<float> out;                      // [tokens - first_query][n_heads * head_dim]
   std::span<float> column_sums = {};         // empty or [n_heads][tokens]: Σ_i p(i, j) over all queries i
   std::span<float> window_sums = {};         // empty or [n_heads][tokens]: Σ over the last min(window, tokens) queries
   std::int64_t* scratch_bytes = nullptr;     // when set: receives the bytes of scratch this call allocated

@@ -136,6 +136,31 @@ TEST(PrefillAttentionIsaProps, Avx2BuildIsBitIdenticalToPortable) {
   });
 }
 
+// Prefix reuse (optimized/model_runner.h) computes only a prompt's uncached rows: rows
+// first_query .. T-1 over all T keys must be those rows of the whole prompt's run, bit for bit,
+// in every ISA (a query tile starting at first_query instead of a multiple of the tile, or key
+// tiles counted from the first query instead of key 0, would change the rescale points).
+TEST(PrefillAttentionIsaProps, RowsFromFirstQueryAreTheWholePromptsRows) {
+  check_property("prefill attention/rows from first_query == whole prompt's rows", kCases, [] {
+    PrefillCase c = draw_case();
+    RC_PRE(c.in.tokens >= 2);
+    c.in.window = 0;
+    const std::int64_t first = *rc::gen::inRange<std::int64_t>(1, c.in.tokens);
+    const std::int64_t width = c.in.n_heads * c.in.head_dim;
+    for (const LinearIsa isa : {LinearIsa::kPortable, LinearIsa::kAvx2}) {
+      if (!linear_isa_available(isa)) continue;
+      std::vector<float> whole(static_cast<std::size_t>(c.in.tokens * width), -1.0f);
+      prefill_attention(c.in, PrefillAttentionOutput{whole}, isa);
+      PrefillAttentionInput tail = c.in;
+      tail.first_query = first;
+      tail.q = std::span<const float>(c.q).subspan(static_cast<std::size_t>(first * width));
+      std::vector<float> rows(static_cast<std::size_t>((c.in.tokens - first) * width), -1.0f);
+      prefill_attention(tail, PrefillAttentionOutput{rows}, isa);
+      assert_same_bits(rows, std::vector<float>(whole.begin() + first * width, whole.end()), "out", c);
+    }
+  });
+}
+
 TEST(PrefillAttentionIsa, DefaultIsTheFastestAvailable) {
   EXPECT_EQ(prefill_attention_isa(),
             linear_isa_available(LinearIsa::kAvx2) ? LinearIsa::kAvx2 : LinearIsa::kPortable);

@@ -169,6 +169,14 @@ TEST(PrefillAttention, BadShapesNameTheField) {
   expect(base(), {out, bad_sums}, "column_sums:");
   expect(base(), {out, sums, bad_sums}, "window_sums:");
   in = base();
+  in.first_query = 2;  // not below tokens
+  expect(in, {out}, "first_query:");
+  in = base();
+  in.first_query = 1;
+  in.q = std::span<const float>(q).subspan(4);
+  expect(in, {std::span<float>(out).first(4), std::span<float>(sums).first(2)}, "first_query:");  // sums need every query
+  expect(in, {out}, "out:");
+  in = base();
   in.n_heads = 3;
   in.n_kv_heads = 2;
   expect(in, {out}, "n_heads / n_kv_heads:");

@@ -206,7 +206,7 @@ using Cmd = rc::state::Command<PageManagerModel, Sut>;
 
 // Outcomes seen (printed after the gate property, so a run shows that rejections were exercised).
 struct OutcomeCounts {
-  long ok = 0, exhausted = 0, table_full = 0, rejected = 0, commands = 0, shares = 0, copies = 0;
+  long ok = 0, exhausted = 0, table_full = 0, rejected = 0, commands = 0, shares = 0, copies = 0, extends = 0;
   void add(ModelOutcome o) {
     (o == ModelOutcome::kOk              ? ok
      : o == ModelOutcome::kPoolExhausted ? exhausted
@@ -506,6 +506,62 @@ struct Share : Cmd {
   void show(std::ostream& os) const override { os << "Share(" << from << " -> " << to << ", " << tokens << " tokens)"; }
 };
 
+// A prefix-cache hit's second half: a request holding shared whole pages takes pages for the rest
+// of its prompt. Any prompted request whose heads hold positions 0 .. n-1 in order, as a prompt's
+// do (the new positions continue n); the model rejects one whose heads are not whole high pages.
+bool packed(const ModelRequest& r) {
+  for (const ModelHead& h : r.heads) {
+    const std::vector<ModelSlot> walk = h.walk();
+    for (std::size_t i = 0; i < walk.size(); ++i) {
+      if (walk[i].position != static_cast<std::int32_t>(i)) return false;
+    }
+  }
+  return true;
+}
+
+struct Extend : Cmd {
+  std::int64_t id = 0, tokens = 0;
+  explicit Extend(const PageManagerModel& m) {
+    std::vector<std::int64_t> prompted;
+    for (const auto& [rid, r] : m.requests()) {
+      if (r.prompted && packed(r)) prompted.push_back(rid);
+    }
+    RC_PRE(!prompted.empty());
+    id = *rc::gen::elementOf(prompted);
+    tokens = *rc::gen::inRange<std::int64_t>(1, 3 * m.tokens_per_page(kHighTier) + 1);
+  }
+  void checkPreconditions(const PageManagerModel& m) const override {
+    RC_PRE(m.requests().contains(id) && packed(m.requests().at(id)));
+  }
+  void apply(PageManagerModel& m) const override { m.extend(id, tokens); }
+  void run(const PageManagerModel& m, Sut& sut) const override {
+    PageManagerModel next = m;
+    const ModelOutcome outcome = next.extend(id, tokens);
+    for (auto& e : sut.engines) {
+      expect_outcome(outcome, *e, [&](UnifiedPageManager& x) { x.extend(id, tokens); });
+      g_counts.extends += outcome == ModelOutcome::kOk;
+      if (outcome != ModelOutcome::kOk) continue;
+      // The cache writes each token's payload as it stores the rows; here, the test's scores.
+      for (std::int32_t l = 0; l < m.layers(); ++l) {
+        for (std::int32_t k = 0; k < m.kv_heads(); ++k) {
+          std::vector<SlotRef> slots;
+          e->live_slots(id, l, k, slots);
+          for (const SlotRef& s : slots) {
+            const PageId pid = e->page_of(id, l, k, s);
+            const std::int32_t position = e->pool().payload(pid, s.slot).position;
+            if (e->refcount(pid) == 1 && position >= static_cast<std::int32_t>(slots.size() - tokens)) {
+              e->pool().put(pid, s.slot, TokenPayload{position, score_of(id, l, k, position)});
+            }
+          }
+        }
+      }
+    }
+    g_counts.add(outcome);
+    check_all(next, sut);
+  }
+  void show(std::ostream& os) const override { os << "Extend(" << id << ", " << tokens << " tokens)"; }
+};
+
 struct Repack : Cmd {
   explicit Repack(const PageManagerModel&) {}
   void apply(PageManagerModel& m) const override { m.repack(); }
@@ -561,15 +617,15 @@ TEST(UnifiedPagesProps, EngineMatchesTheSequentialModelAfterEveryCommand) {
     RC_TAG("tokens per page " + std::to_string(pool.tokens_per_page(0)) + "/" + std::to_string(pool.tokens_per_page(1)));
     check_all(model, sut);
     const auto commands = *at_least(kMinCommands, rc::state::gen::commands(
-        model, rc::state::gen::execOneOfWithArgs<Admit, Prompt, Decode, Decode, Decode, Release, Repack, Share>()));
+        model, rc::state::gen::execOneOfWithArgs<Admit, Prompt, Decode, Decode, Decode, Release, Repack, Share, Extend>()));
     g_counts.commands += static_cast<long>(commands.size());
     rc::state::runAll(commands, model, sut);
     g_counts.copies += sut.engines[0]->stats().cow_copies;
   });
   std::printf("commands generated %ld; prompt/decode/share outcomes: %ld ok, %ld pool exhausted, %ld table full, "
-              "%ld rejected; %ld shares, %ld copy-on-write copies\n",
+              "%ld rejected; %ld shares, %ld copy-on-write copies, %ld extends\n",
               g_counts.commands, g_counts.ok, g_counts.exhausted, g_counts.table_full, g_counts.rejected, g_counts.shares,
-              g_counts.copies);
+              g_counts.copies, g_counts.extends);
 }
 
 // A snapshot of what an engine holds, for "nothing changed".
