@@ -94,6 +94,8 @@ ServingResult run_serving(const ReferenceModel& model, const ServingRunConfig& c
   sc.max_batch = config.max_batch;
   sc.preemption = cache.policy().swappable() ? config.preemption : PreemptionMode::kRecompute;
   if (config.contiguous) sc.reserve_tokens = c.max_position_embeddings;
+  if (config.reusable_prefill || config.prefix_cache) engine->runner->set_reusable_prefill(true);
+  sc.prefix_cache = config.prefix_cache;
   sc.on_token = [&](std::int64_t id, std::size_t) { token_times[id].push_back(now()); };
   Scheduler s(*engine->runner, sc);
 
@@ -197,6 +199,11 @@ ServingResult run_serving(const ReferenceModel& model, const ServingRunConfig& c
   out.preemptions_swap = st.preemptions_swap;
   out.recomputed_tokens = st.recomputed_tokens;
   out.swapped_bytes = st.swapped_bytes;
+  out.prefill_tokens = st.prefill_tokens;
+  out.prefix_hit_tokens = st.prefix_hit_tokens;
+  out.peak_shared_pages = st.peak_shared_pages;
+  out.cow_copies = st.cow_copies;
+  out.prefix_evictions = st.prefix_evictions;
   out.ttft_s = percentiles(std::move(ttft));
   out.tpot_s = percentiles(std::move(tpot));
   out.itl_s = percentiles(std::move(itl));

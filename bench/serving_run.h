@@ -53,6 +53,10 @@ struct ServingRunConfig {
   PreemptionMode preemption = PreemptionMode::kAuto;
   std::string device = "cpu";
   int threads = 0;
+  // The scheduler's prefix cache (optimized/prefix_page_cache.h); reusable_prefill alone is its
+  // baseline: the same prefill (ModelRunner::set_reusable_prefill), nothing reused.
+  bool prefix_cache = false;
+  bool reusable_prefill = false;
 };
 
 struct Percentiles {
@@ -87,6 +91,10 @@ struct ServingResult {
   int threads = 1;                     // the engine's CPU threads
   std::int64_t weight_bytes = 0;       // decode_weight_bytes of the engine's weights
   double mean_kv_slots = 0.0, mean_kv_bytes = 0.0;  // per decode step
+  // Prefill and prefix reuse: prompt tokens computed, and taken from the cache instead (prefill
+  // tokens saved); pages two or more running requests listed at once, at the peak; copy-on-write
+  // copies; cached pages evicted.
+  std::int64_t prefill_tokens = 0, prefix_hit_tokens = 0, peak_shared_pages = 0, cow_copies = 0, prefix_evictions = 0;
   // Throughput over every submitted request: false when any failed or was refused (the rates
   // then cover only the rest, and are not compared).
   bool all_completed() const { return requests_failed == 0 && requests_completed == requests_submitted; }

@@ -117,6 +117,9 @@ void add_bench(CLI::App& app, BenchArgs& args) {
                   "requests (prompt + output) in full fp16")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_flag("--prefix-cache", args.prefix_cache,
+                 "--workload: run each paged row of a prefix-closed policy with the prefix cache, followed by "
+                 "its --no-prefix-cache baseline (same prefill, nothing reused); always on for shared-prefix");
   cmd->add_option("--page-bytes", args.page_bytes, "--workload: page size (0: 16 tokens of a full-fp16 head)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);

@@ -6,11 +6,17 @@
 // in which any request was refused or failed gets no throughput, ratio or roofline fraction: its
 // rates would cover only the requests that ran; the table says how many were refused and failed.
 //
+// Prefix reuse: on the shared-prefix workload (or with --prefix-cache), each paged row of a
+// prefix-closed policy runs with the scheduler's prefix cache and then as "<row> --no-prefix-cache":
+// the same reusable prefill (ModelRunner::set_reusable_prefill), nothing reused. A second table
+// gives prompt tokens computed and saved, pages shared at the peak, copy-on-write copies, evictions.
+//
 // JSON (--json FILE, written atomically): format "kvcheck-bench-serving", version 2; model,
 // device, threads, workload {name, file, requests, seed, rate, reasoning_cap, mean_prompt_tokens,
 // mean_output_tokens, longest_request_tokens}, kv_budget_bytes, kv_budget_requests (0: given in
 // bytes), page_bytes, pool_pages, max_batch, preemption, machine {copy_bytes_per_s,
 // gemm_flops_per_s, threads}; results: [{policy (the row's name), policy_spec, contiguous,
+// prefix_cache, prefill_tokens, prefix_hit_tokens, peak_shared_pages, cow_copies, prefix_evictions,
 // requests_submitted, requests_completed, requests_failed, requests_refused, all_completed, errors,
 // tokens_requested, output_tokens, output_tokens_per_s and requests_per_s (null unless
 // all_completed), partial_output_tokens_per_s (generated over the makespan, whatever completed),
@@ -190,6 +196,19 @@ int run_serving_bench(const BenchArgs& args) {
   base.preemption = preemption;
   base.device = args.device;
   base.threads = args.threads;
+  // Prefix caching: each paged row of a prefix-closed policy runs with the cache, then again as its
+  // --no-prefix-cache baseline (the same reusable prefill, nothing reused), side by side.
+  const bool reuse = args.prefix_cache || wc.name == "shared-prefix";
+  const auto push_paged = [&](ServingRunConfig r) {
+    if (reuse && make_policy(r.policy)->prefix_closed()) {
+      r.prefix_cache = true;
+      rows.push_back(r);
+      r.prefix_cache = false;
+      r.reusable_prefill = true;
+      r.label += " --no-prefix-cache";
+    }
+    rows.push_back(r);
+  };
   {
     ServingRunConfig r = base;
     r.label = "contiguous";
@@ -198,14 +217,14 @@ int run_serving_bench(const BenchArgs& args) {
     rows.push_back(r);
     r.label = "paged-fp16";
     r.contiguous = false;
-    rows.push_back(r);
+    push_paged(r);
   }
   for (const std::string& spec : split_policy_list(args.policies)) {
     make_policy(spec);  // an unknown policy fails before anything runs
     ServingRunConfig r = base;
     r.label = spec;
     r.policy = spec;
-    rows.push_back(r);
+    push_paged(r);
   }
 
   fmt::print("kvcheck bench --workload {}: {} ({} layers, {} kv heads, head_dim {}, context {}), device {}\n",
@@ -279,6 +298,23 @@ int run_serving_bench(const BenchArgs& args) {
     }
     for (const std::string& e : r.errors) fmt::print("{}: {}\n", r.label, e);
   }
+  if (reuse) {
+    fmt::print("\n{:<34} {:>12} {:>12} {:>7} {:>11} {:>9} {:>9} {:>9} {:>14}\n", "prefix reuse", "prefill tok",
+               "saved tok", "saved", "shared pk", "COW", "evicted", "tok/s", "TTFT ms p50/99");
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      const ServingResult& r = results[i];
+      if (!rows[i].prefix_cache && !rows[i].reusable_prefill) continue;
+      const std::int64_t prompt = r.prefill_tokens + r.prefix_hit_tokens;
+      fmt::print("{:<34} {:>12} {:>12} {:>6.1f}% {:>11} {:>9} {:>9} {:>9} {:>14}\n",
+                 r.label.size() > 34 ? r.label.substr(0, 33) + "~" : r.label, r.prefill_tokens, r.prefix_hit_tokens,
+                 prompt > 0 ? 100.0 * static_cast<double>(r.prefix_hit_tokens) / static_cast<double>(prompt) : 0.0,
+                 r.peak_shared_pages, r.cow_copies, r.prefix_evictions,
+                 rate_cell(r.all_completed(), r.output_tokens_per_s, 1), ms(r.ttft_s));
+    }
+    fmt::print("prefill tok: prompt tokens computed (replays after a preemption by recompute included); saved tok: "
+               "taken from the prefix cache instead;\nshared pk: pages two or more running requests listed at once, "
+               "at the peak; COW: copy-on-write copies; evicted: cached pages evicted (whole pages of every head).\n");
+  }
 
   if (!args.json.empty()) {
     nlohmann::json rows_json = nlohmann::json::array();
@@ -288,6 +324,12 @@ int run_serving_bench(const BenchArgs& args) {
           {"policy", r.label},
           {"policy_spec", r.policy},
           {"contiguous", rows[i].contiguous},
+          {"prefix_cache", rows[i].prefix_cache},
+          {"prefill_tokens", r.prefill_tokens},
+          {"prefix_hit_tokens", r.prefix_hit_tokens},
+          {"peak_shared_pages", r.peak_shared_pages},
+          {"cow_copies", r.cow_copies},
+          {"prefix_evictions", r.prefix_evictions},
           {"requests_submitted", r.requests_submitted},
           {"requests_completed", r.requests_completed},
           {"requests_failed", r.requests_failed},

@@ -190,6 +190,7 @@ struct BenchArgs {
   std::string device = "cpu";
   std::int64_t kv_budget = 0;    // bytes; 0: kv_budget_requests of the workload's longest request in full fp16
   std::int64_t kv_budget_requests = 8;
+  bool prefix_cache = false;     // --prefix-cache: on for every workload (shared-prefix: always)
   std::int64_t repeat = 1;       // --engine: runs of each configuration
   std::int64_t page_bytes = 0;   // 0: 16 tokens of a full-fp16 head per page
   double rate = 0.0;             // requests per second (Poisson); 0: all at once

@@ -127,6 +127,36 @@ TEST(ServingRun, NothingLostAndTheCountsAddUp) {
   }
 }
 
+// The shared-prefix workload with the prefix cache against its --no-prefix-cache baseline: the
+// same requests and generated tokens; the cache computes only what it does not hold, so the prompt
+// tokens it computed plus those it took add up to the baseline's, and it takes some.
+TEST(ServingRun, PrefixCacheSavesPrefillOnASharedPrefix) {
+  const ModelConfig c = tiny_config({.max_positions = 256});
+  const ReferenceModel model = tiny_model(c, 5);
+  ServingWorkloadConfig wc;
+  wc.name = "shared-prefix";
+  wc.requests = 12;
+  wc.seed = 3;
+  wc.max_context = c.max_position_embeddings;
+  std::vector<ServingRequest> rs = make_serving_workload(wc);
+  fill_prompts(rs, testing::test_tokens(4096, c.vocab_size, 9), 1, 3);
+  for (const char* policy : {"full-fp16", "int8"}) {
+    ServingRunConfig on = run_config(policy, false, 1 << 22);
+    on.prefix_cache = true;
+    ServingRunConfig off = run_config(policy, false, 1 << 22);
+    off.reusable_prefill = true;
+    const ServingResult cached = run_serving(model, on, rs);
+    const ServingResult baseline = run_serving(model, off, rs);
+    ASSERT_TRUE(cached.all_completed() && baseline.all_completed()) << policy;
+    EXPECT_EQ(cached.output_tokens, baseline.output_tokens) << policy;
+    EXPECT_EQ(baseline.prefix_hit_tokens, 0) << policy;
+    EXPECT_GT(cached.prefix_hit_tokens, 0) << policy;
+    EXPECT_EQ(cached.prefill_tokens + cached.prefix_hit_tokens, baseline.prefill_tokens) << policy;
+    EXPECT_GT(cached.peak_shared_pages, 0) << policy;
+    EXPECT_LE(cached.peak_kv_bytes, baseline.peak_kv_bytes) << policy << ": shared pages are held once";
+  }
+}
+
 TEST(ServingRun, ArrivalsAreWaitedForAndIdleTimeSkipped) {
   const ModelConfig c = tiny_config({.max_positions = 128});
   const ReferenceModel model = tiny_model(c, 5);

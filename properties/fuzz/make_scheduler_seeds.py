@@ -11,9 +11,12 @@ MODES = {"recompute": 0, "swap": 1, "auto": 2}
 rng = random.Random(7)
 
 
-def header(policy, mode, batch, watermark_tenths, recompute_max, swap_quarters, contiguous, pages, page_bytes=512):
+def header(policy, mode, batch, watermark_tenths, recompute_max, swap_quarters, contiguous, pages, page_bytes=512,
+           prefix_cache=False):
+    # reservation byte: 0 contiguous, 1 paging with the prefix cache (prefix-closed policies), 2 paging
     return bytes([POLICIES.index(policy), MODES[mode], batch - 1, watermark_tenths - 5, recompute_max,
-                  swap_quarters, 0 if contiguous else 1, pages - 6, {512: 0, 1024: 1, 2048: 2}[page_bytes]])
+                  swap_quarters, 0 if contiguous else 1 if prefix_cache else 2, pages - 6,
+                  {512: 0, 1024: 1, 2048: 2}[page_bytes]])
 
 
 def submit(rid, n, max_new, eos=False, arrival=0, tokens=None, unknown=False):
@@ -35,6 +38,8 @@ def cancel(rid):
 def many(k, n, max_new, **kw):
     return b"".join(submit(i, n, max_new, **kw) for i in range(k))
 
+
+SYSTEM = [rng.randrange(2048) for _ in range(13)]
 
 SEEDS = {
     # swap preemption on a tight pool, unbounded host memory
@@ -60,6 +65,13 @@ SEEDS = {
     + b"".join(submit(i, 5 + 3 * i, 18, eos=True) + STEP for i in range(6)) + STEPS4 * 4,
     # streaming and snapkv at the context limit
     "context-limit-streaming": header("streaming", "recompute", 2, 9, 0, 0, False, 63, 1024) + many(2, 40, 23) + STEPS4 * 4,
+    # the prefix cache: requests sharing a 13-token system prompt (4 whole 3-token pages and one
+    # token more), arriving apart, on a pool tight enough to evict cached pages and preempt
+    "prefix-cache-fp16": header("full-fp16", "auto", 4, 9, 12, 0, False, 40, prefix_cache=True)
+    + b"".join(submit(i, 13 + i, 12, arrival=i % 4, tokens=SYSTEM + [100 + i] * i) + STEP for i in range(6)) + STEPS4 * 6,
+    "prefix-cache-int8-swap": header("int8", "swap", 3, 8, 0, 0, False, 30, prefix_cache=True)
+    + many(3, 13, 16, tokens=SYSTEM) + b"".join(submit(3 + i, 16, 10, tokens=SYSTEM + [7, 8, 9]) for i in range(3))
+    + STEPS4 * 6,
     "context-limit-snapkv": header("snapkv", "recompute", 2, 9, 0, 0, False, 63, 1024) + many(2, 44, 23) + STEPS4 * 4,
 }
 

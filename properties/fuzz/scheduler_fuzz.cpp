@@ -1,15 +1,17 @@
 // The scheduler driven by a command stream from the fuzzer's bytes (see fuzz_targets.h): on a
 // one-layer dummy model with a 48-token context, the first bytes pick a policy, a preemption
-// mode, a batch limit, a watermark, a host-swap budget, paging or contiguous reservation, and a
+// mode, a batch limit, a watermark, a host-swap budget, paging (with the prefix cache, for a
+// prefix-closed policy, when the reservation byte is 1) or contiguous reservation, and a
 // pool of 6 to 63 pages of 512 to 2048 bytes; then submissions (empty, too long, unknown token
 // ids and duplicate ids among them), steps and cancellations. The seed corpus is written by
 // make_scheduler_seeds.py, which spells the encoding out.
-// After every command: every page is free or held, the batch within its limit, swapped bytes
-// within their budget. At the end run() finishes everything, and
+// After every command: every page is free or held (a shared page counted once), the batch within
+// its limit, swapped bytes within their budget. At the end run() finishes everything, and
 //   - every accepted id has exactly one result, in submission order, and a duplicate was refused;
 //   - a finished request's tokens equal its solo run, a cancelled one's are a prefix of it, and
 //     max_new_tokens means exactly that many;
-//   - errors are named, every page is back in the pool and no swapped byte is left.
+//   - errors are named, every page is back in the pool but the prefix cache's (one page per
+//     head of each cached entry) and no swapped byte is left.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -67,11 +69,15 @@ std::unique_ptr<Engine> engine(const std::string& policy, std::int64_t pages, st
   return make_engine(model(), o);
 }
 
-// The request's tokens when it runs alone, on an engine with room for everything.
-std::vector<std::int32_t> solo(std::size_t policy, const GenerationRequest& r) {
-  static std::map<std::size_t, std::unique_ptr<Engine>> engines;
-  std::unique_ptr<Engine>& e = engines[policy];
-  if (!e) e = engine(kPolicies[policy], 0, 2048);
+// The request's tokens when it runs alone, on an engine with room for everything (with the
+// prefix cache's reusable prefill when the run had the cache).
+std::vector<std::int32_t> solo(std::size_t policy, bool reusable, const GenerationRequest& r) {
+  static std::map<std::pair<std::size_t, bool>, std::unique_ptr<Engine>> engines;
+  std::unique_ptr<Engine>& e = engines[{policy, reusable}];
+  if (!e) {
+    e = engine(kPolicies[policy], 0, 2048);
+    e->runner->set_reusable_prefill(reusable);
+  }
   EngineGenerateOptions o;
   o.max_new_tokens = r.max_new_tokens;
   o.stop_at_eos = r.stop_at_eos;
@@ -80,9 +86,9 @@ std::vector<std::int32_t> solo(std::size_t policy, const GenerationRequest& r) {
 
 void check_pages(const PagedKvCache& cache) {
   const PageManagerStats s = cache.manager().stats();
-  if (s.free_pages + s.tiers[0].pages + s.tiers[1].pages != s.pool_pages) {
-    broken("pages neither free nor held by a request: " + std::to_string(s.pool_pages - s.free_pages -
-                                                                          s.tiers[0].pages - s.tiers[1].pages));
+  const std::int64_t held = s.tiers[0].pages + s.tiers[1].pages - s.shared_references;
+  if (s.free_pages + held != s.pool_pages) {
+    broken("pages neither free nor held by a request: " + std::to_string(s.pool_pages - s.free_pages - held));
   }
 }
 
@@ -97,7 +103,9 @@ int scheduler(const std::uint8_t* data, std::size_t size) {
   config.high_watermark = 0.5 + 0.1 * static_cast<double>(in.below(6));
   config.recompute_max_tokens = in.below(kContext);
   config.max_swap_bytes = in.below(4) * 2048;
-  config.reserve_tokens = in.below(4) == 0 ? kContext : 0;
+  const std::uint64_t reservation = in.below(4);
+  config.reserve_tokens = reservation == 0 ? kContext : 0;
+  config.prefix_cache = reservation == 1 && make_policy(kPolicies[policy])->prefix_closed();
   // KVCHECK_FUZZ_LOG=1: the scheduler's decisions on stderr, to read a reproduced failure.
   if (std::getenv("KVCHECK_FUZZ_LOG") != nullptr) {
     config.log = [](const std::string& line) { std::fprintf(stderr, "scheduler: %s\n", line.c_str()); };
@@ -173,13 +181,14 @@ int scheduler(const std::uint8_t* data, std::size_t size) {
     if (res.stop_reason == "max_new_tokens" && static_cast<std::int64_t>(res.tokens.size()) != req.max_new_tokens) {
       broken(name + ": stopped at max_new_tokens early");
     }
-    const std::vector<std::int32_t> alone = solo(policy, req);
+    const std::vector<std::int32_t> alone = solo(policy, config.prefix_cache, req);
     const bool prefix = res.tokens.size() <= alone.size() && std::equal(res.tokens.begin(), res.tokens.end(), alone.begin());
     if (!prefix || (res.stop_reason != "cancelled" && res.tokens.size() != alone.size())) {
       broken(name + ": tokens differ from its solo run (" + kPolicies[policy] + ", stop " + res.stop_reason + ")");
     }
   }
-  if (e->cache->free_pages() != e->cache->pool_pages()) broken("pages held after every request ended");
+  const std::int64_t cached = s->stats().prefix_cached_entries * e->cache->manager().heads_per_request();
+  if (e->cache->free_pages() + cached != e->cache->pool_pages()) broken("pages held after every request ended");
   if (s->swap_held_bytes() != 0 || s->running() != 0 || s->waiting() != 0) broken("state left after run()");
   return 0;
 }
