@@ -11,6 +11,7 @@
 #include "optimized/nvtx_range.h"
 #include "optimized/pool_exhausted.h"
 #include "optimized/request_error.h"
+#include "optimized/sampling.h"
 #include "optimized/step_timer.h"
 #include "reference/errors.h"
 
@@ -76,15 +77,59 @@ std::int64_t Scheduler::reserved_pages() const {
   return pages;
 }
 
+std::int64_t Scheduler::live(const Running& r) {
+  return std::count_if(r.seqs.begin(), r.seqs.end(), [](const Sequence& q) { return q.done == nullptr; });
+}
+
+std::int64_t Scheduler::running_sequences() const {
+  std::int64_t n = 0;
+  for (const Running& r : running_) n += live(r);
+  return n;
+}
+
+std::int64_t Scheduler::pages_needed(const Running& r) const {
+  // Sequences after the first share the prompt's whole pages (a partly filled last page is
+  // copied on their first write, so it counts for each).
+  const std::int64_t tpp = cache_.manager().pool().tokens_per_page(kHighTier);
+  const std::int64_t shared =
+      cache_.manager().heads_per_request() * (static_cast<std::int64_t>(r.request.prompt.size()) / tpp);
+  std::int64_t need = 0;
+  bool first = true;
+  for (const Sequence& q : r.seqs) {
+    if (q.done != nullptr) continue;
+    need += cache_.request_pages(context(r, q) + 1) - (first ? 0 : shared);
+    first = false;
+  }
+  return need;
+}
+
+void Scheduler::release_sequences(Running& r, bool preempted) {
+  drop_prefix(r);
+  for (const Sequence& q : r.seqs) {
+    if (q.done != nullptr || !cache_.has(q.id)) continue;
+    if (preempted) {
+      cache_.preempt(q.id);
+    } else {
+      cache_.release(q.id);
+    }
+  }
+}
+
+std::int32_t Scheduler::next_token(const Running& r, const Sequence& q, std::span<const float> logits,
+                                   std::int64_t position) const {
+  return sample_token(r.request.id, logits, position,
+                      SamplingParams{r.request.temperature, r.request.top_p, r.request.seed}, q.sample);
+}
+
 std::int64_t Scheduler::reservation_tokens(const GenerationRequest& request) const {
   const auto prompt = static_cast<std::int64_t>(request.prompt.size());
   const std::int64_t cap = std::max<std::int64_t>(request.max_new_tokens, 0);
   return cap > config_.reserve_tokens - prompt ? config_.reserve_tokens : prompt + cap;  // no overflow
 }
 
-void Scheduler::append_token(Running& r, std::int32_t token) {
-  r.result.tokens.push_back(token);
-  if (config_.on_token) config_.on_token(r.request.id, r.result.tokens.size());
+void Scheduler::append_token(Running& r, Sequence& q, std::int32_t token) {
+  q.tokens.push_back(token);
+  if (config_.on_token) config_.on_token(r.request.id, q.tokens.size());
 }
 
 void Scheduler::submit(GenerationRequest request) {
@@ -97,7 +142,7 @@ void Scheduler::submit(GenerationRequest request) {
   r.result.id = request.id;
   r.request = std::move(request);
   order_.push_back(r.request.id);
-  results_[r.result.id] = GenerationResult{r.result.id, {}, "pending", {}, 0, -1, -1};
+  results_[r.result.id] = GenerationResult{r.result.id, {}, "pending", {}, 0, -1, -1, {}, {}};
   const auto prompt = static_cast<std::int64_t>(r.request.prompt.size());
   const std::int64_t reservation = config_.reserve_tokens > 0 ? reservation_tokens(r.request) : 0;
   // What can never run is answered now, with the reason, instead of waiting forever.
@@ -116,6 +161,17 @@ void Scheduler::submit(GenerationRequest request) {
   } else if (cache_.request_pages(prompt) > cache_.pool_pages()) {
     error = fmt::format("prompt of {} tokens needs {} pages, the pool has {}", prompt, cache_.request_pages(prompt),
                         cache_.pool_pages());
+  } else if (r.request.n < 1 || r.request.n > 256) {
+    error = fmt::format("n = {} samples: expected 1 to 256", r.request.n);
+  } else if (r.request.n > 1 && !cache_.policy().prefix_closed()) {
+    error = fmt::format("n = {} samples share the prompt's pages, which needs a prefix-closed policy; {} is not",
+                        r.request.n, cache_.policy().name());
+  } else if (!(r.request.temperature >= 0.0) || !std::isfinite(r.request.temperature)) {
+    error = fmt::format("temperature {}: expected a finite value >= 0", r.request.temperature);
+  } else if (!(r.request.top_p > 0.0 && r.request.top_p <= 1.0)) {
+    error = fmt::format("top_p {}: expected a value in (0, 1]", r.request.top_p);
+  } else if (r.request.first_sample < 0) {
+    error = fmt::format("first_sample {}: expected >= 0", r.request.first_sample);
   } else if (reservation > 0 && cache_.request_pages(reservation) > cache_.pool_pages()) {
     error = fmt::format("a contiguous reservation of {} tokens (prompt {} + output cap {}, at most {}) needs {} "
                         "pages, the pool has {}",
@@ -126,25 +182,52 @@ void Scheduler::submit(GenerationRequest request) {
     fail(r, error);
     return;
   }
+  for (std::int64_t k = 0; k < r.request.n; ++k) {
+    r.seqs.push_back(Sequence{k == 0 ? r.request.id : next_fork_id_--, r.request.first_sample + k, {}, nullptr});
+  }
   waiting_.push_back(std::move(r));
 }
 
-const char* Scheduler::stop_reason(const Running& r) const {
+const char* Scheduler::stop_reason(const Running& r, const Sequence& q) const {
   return greedy_stop_reason(runner_.weights().config, static_cast<std::int64_t>(r.request.prompt.size()),
-                            r.result.tokens, r.request.max_new_tokens, r.request.stop_at_eos);
+                            q.tokens, r.request.max_new_tokens, r.request.stop_at_eos);
 }
 
+// The request's result from its sequences: a sequence that stopped keeps its reason, the live
+// ones (none unless cancelled, or finished before any forward) take `reason`.
 void Scheduler::finish(Running& r, const std::string& reason) {
-  drop_prefix(r);
-  cache_.release(r.request.id);
-  r.result.stop_reason = reason;
+  release_sequences(r, false);
+  std::vector<std::string> reasons;
+  for (const Sequence& q : r.seqs) reasons.emplace_back(q.done != nullptr ? std::string(q.done) : reason);
+  r.result.tokens = r.seqs.front().tokens;
+  r.result.stop_reason = reason == "cancelled" ? reason : reasons.front();
+  if (r.seqs.size() > 1) {
+    r.result.samples.clear();
+    for (const Sequence& q : r.seqs) r.result.samples.push_back(q.tokens);
+    r.result.sample_stop_reasons = reasons;
+  }
   r.result.finished_step = step_;
   results_[r.request.id] = r.result;
 }
 
+void Scheduler::finish_sequence(Running& r, Sequence& q, const char* reason) {
+  q.done = reason;
+  cache_.release(q.id);  // a page another sample still lists only drops its count
+  if (live(r) == 0) finish(r, "");
+}
+
 void Scheduler::fail(Running& r, const std::string& error) {
-  drop_prefix(r);
-  cache_.release(r.request.id);
+  release_sequences(r, false);
+  for (Sequence& q : r.seqs) q.done = q.done != nullptr ? q.done : "error";
+  r.result.tokens = r.seqs.empty() ? std::vector<std::int32_t>{} : r.seqs.front().tokens;
+  if (r.seqs.size() > 1) {
+    r.result.samples.clear();
+    r.result.sample_stop_reasons.clear();
+    for (const Sequence& q : r.seqs) {
+      r.result.samples.push_back(q.tokens);
+      r.result.sample_stop_reasons.emplace_back("error");
+    }
+  }
   r.result.stop_reason = "error";
   // Errors from the engine (RequestInputError, InputError) already name the request.
   const std::string name = fmt::format("request {}: ", r.request.id);
@@ -155,10 +238,9 @@ void Scheduler::fail(Running& r, const std::string& error) {
 }
 
 void Scheduler::start(Running& r) {
-  const std::int64_t id = r.request.id;
   if (r.swapped) {
     const NvtxRange range("swap");
-    cache_.swap_in(id, *r.swapped);
+    cache_.swap_in(r.seqs.front().id, *r.swapped);
     stats_.swapped_bytes += r.swapped->bytes();
     swap_held_bytes_ -= r.swapped->bytes();
     r.swapped.reset();
@@ -167,57 +249,68 @@ void Scheduler::start(Running& r) {
   const ModelConfig& c = runner_.weights().config;
   const std::span<const std::int32_t> prompt(r.request.prompt);
   const auto prompt_tokens = static_cast<std::int64_t>(prompt.size());
+  std::vector<Sequence*> seqs;  // the live ones; the first prefills, the others share its prompt pages
+  for (Sequence& q : r.seqs) {
+    if (q.done == nullptr) seqs.push_back(&q);
+  }
+  const std::int64_t lead = seqs.front()->id;
   std::vector<float> logits;
   if (prefix_) {
     // The cached whole pages of this prompt, leaving at least its last token to compute.
     ++stats_.prefix_lookups;
     const PrefixPageCache::Hit hit = prefix_->lookup(prompt, prompt_tokens - 1);
     if (hit.chain.empty()) {
-      logits = runner_.prefill(id, prompt);
+      logits = runner_.prefill(lead, prompt);
     } else {
-      cache_.reserve_prompt_after_prefix(prefix_->holder(hit.chain.back()), id, hit.tokens(), prompt_tokens);
-      logits = runner_.prefill_after_prefix(id, prompt, hit.tokens());  // releases the request if it throws
+      cache_.reserve_prompt_after_prefix(prefix_->holder(hit.chain.back()), lead, hit.tokens(), prompt_tokens);
+      logits = runner_.prefill_after_prefix(lead, prompt, hit.tokens());  // releases the request if it throws
       stats_.prefix_hit_tokens += hit.tokens();
     }
     stats_.prefill_tokens += prompt_tokens - hit.tokens();
     prefix_->pin(hit.chain);
-    r.prefix_chain = prefix_->insert(id, prompt, hit);
+    r.prefix_chain = prefix_->insert(lead, prompt, hit);
   } else {
-    logits = runner_.prefill(id, prompt);
+    logits = runner_.prefill(lead, prompt);
     stats_.prefill_tokens += prompt_tokens;
   }
-  if (r.recompute) {
-    // Replay the generated tokens the way they first ran: one decode step each, alone. The last
-    // generated token is the input of the next regular step, so it is not replayed.
-    for (std::size_t i = 0; i + 1 < r.result.tokens.size(); ++i) {
-      const std::int32_t position = static_cast<std::int32_t>(prompt_tokens + static_cast<std::int64_t>(i));
-      const std::int64_t ids[1] = {id};
-      try {
-        runner_.decode(ids, {&r.result.tokens[i], 1}, {&position, 1});
-      } catch (...) {
-        drop_prefix(r);
-        cache_.release(id);
-        throw;
+  try {
+    // The other samples hold the prompt's pages by reference (the partly filled last one is
+    // copied on a sample's first write into it).
+    for (std::size_t k = 1; k < seqs.size(); ++k) cache_.share_prefix(lead, seqs[k]->id, prompt_tokens);
+    if (r.recompute) {
+      // Replay each sample's generated tokens the way they first ran: one decode step each, alone.
+      // The last generated token is the input of the next regular step, so it is not replayed.
+      for (Sequence* q : seqs) {
+        for (std::size_t i = 0; i + 1 < q->tokens.size(); ++i) {
+          const std::int32_t position = static_cast<std::int32_t>(prompt_tokens + static_cast<std::int64_t>(i));
+          const std::int64_t ids[1] = {q->id};
+          runner_.decode(ids, {&q->tokens[i], 1}, {&position, 1});
+        }
+        stats_.recomputed_tokens += context(r, *q) - 1;
       }
+      r.recompute = false;
+      return;
     }
-    stats_.recomputed_tokens += context(r) - 1;
-    r.recompute = false;
-    return;
+  } catch (...) {
+    release_sequences(r, false);
+    throw;
   }
-  append_token(r, greedy_token(id,
-                               {logits.data() + logits.size() - c.vocab_size, static_cast<std::size_t>(c.vocab_size)},
-                               static_cast<std::int64_t>(r.request.prompt.size()) - 1));
+  const std::span<const float> last(logits.data() + logits.size() - c.vocab_size, static_cast<std::size_t>(c.vocab_size));
+  for (Sequence* q : seqs) append_token(r, *q, next_token(r, *q, last, prompt_tokens - 1));
 }
 
 void Scheduler::admit() {
   const std::int64_t pool = cache_.pool_pages();
   const auto limit = static_cast<std::int64_t>(std::floor(config_.high_watermark * static_cast<double>(pool)));
-  while (!waiting_.empty() && static_cast<std::int64_t>(running_.size()) < config_.max_batch) {
+  while (!waiting_.empty()) {
     Running& r = waiting_.front();
     if (r.request.arrival_step > step_) break;
+    // max_batch bounds the sequences decoding; a request's samples join together (one alone
+    // when nothing runs, whatever its n).
+    if (!running_.empty() && running_sequences() + live(r) > config_.max_batch) break;
     // max_new_tokens 0, or a prompt filling the context: done before any forward, and before
     // any page is asked for.
-    if (const char* reason = r.result.tokens.empty() ? stop_reason(r) : nullptr) {
+    if (const char* reason = r.seqs.front().tokens.empty() ? stop_reason(r, r.seqs.front()) : nullptr) {
       Running nothing = std::move(r);
       waiting_.pop_front();
       finish(nothing, reason);
@@ -225,7 +318,7 @@ void Scheduler::admit() {
     }
     if (config_.reserve_tokens > 0) {
       // Contiguous allocation: the whole reservation is taken at admission, growth never asks.
-      r.reserved_pages = cache_.request_pages(reservation_tokens(r.request));
+      r.reserved_pages = cache_.request_pages(reservation_tokens(r.request)) * live(r);
       if (reserved_pages() + r.reserved_pages > pool) {
         log(fmt::format("request {} waits: its reservation of {} pages does not fit beside {} reserved of {}",
                         r.request.id, r.reserved_pages, reserved_pages(), pool));
@@ -237,7 +330,7 @@ void Scheduler::admit() {
     // its context cannot be placed even alone, and decode if it cannot grow even alone (waiting
     // would be forever: the ci/fuzz.sh scheduler target found a request whose prompt filled the
     // pool exactly, so that its next token never fit, waiting through 78 million steps).
-    std::int64_t need = cache_.request_pages(context(r) + 1);
+    std::int64_t need = pages_needed(r);
     // A prefix hit brings its pages along; they stay pinned while room is made, so that the
     // eviction below does not take them.
     PrefixPageCache::Hit hit;
@@ -294,8 +387,15 @@ void Scheduler::admit() {
     r.admit_order = admit_counter_++;
     Running admitted = std::move(r);
     waiting_.pop_front();
-    if (const char* reason = stop_reason(admitted)) {
-      finish(admitted, reason);
+    for (Sequence& q : admitted.seqs) {
+      if (q.done != nullptr) continue;
+      if (const char* reason = stop_reason(admitted, q)) {
+        q.done = reason;
+        cache_.release(q.id);
+      }
+    }
+    if (live(admitted) == 0) {
+      finish(admitted, "");
       continue;
     }
     running_.push_back(std::move(admitted));
@@ -303,8 +403,17 @@ void Scheduler::admit() {
 }
 
 void Scheduler::preempt(Running& r) {
-  const std::int64_t ctx = context(r);
-  const std::int64_t held = cache_.bytes_held(r.request.id);
+  if (r.seqs.size() > 1) {
+    // A group recomputes: its prompt is prefilled once and shared again, where a swap would
+    // restore it once per sample.
+    log(fmt::format("preempt request {} by recompute: {} samples of {} live, {} of {} pages free", r.request.id,
+                    live(r), r.seqs.size(), cache_.free_pages(), cache_.pool_pages()));
+    preempt_to_recompute(r);
+    return;
+  }
+  const std::int64_t id = r.seqs.front().id;
+  const std::int64_t ctx = context(r, r.seqs.front());
+  const std::int64_t held = cache_.bytes_held(id);
   PreemptionMode mode = config_.preemption;
   const bool evicts = !cache_.policy().swappable();
   if (mode == PreemptionMode::kAuto) {
@@ -322,10 +431,10 @@ void Scheduler::preempt(Running& r) {
                   r.request.id, preemption_mode_name(mode), ctx, held, cache_.free_pages(), cache_.pool_pages(),
                   preemption_mode_name(config_.preemption), config_.recompute_max_tokens,
                   evicts ? ", always for a policy that evicts or splits tiers" : ""));
-  drop_prefix(r);
   if (mode == PreemptionMode::kSwap) {
+    drop_prefix(r);
     const NvtxRange range("swap");
-    r.swapped = cache_.swap_out(r.request.id);
+    r.swapped = cache_.swap_out(id);
     stats_.swapped_bytes += r.swapped->bytes();
     swap_held_bytes_ += r.swapped->bytes();
     ++stats_.preemptions_swap;
@@ -336,8 +445,7 @@ void Scheduler::preempt(Running& r) {
 }
 
 void Scheduler::preempt_to_recompute(Running& r) {
-  drop_prefix(r);
-  cache_.preempt(r.request.id);
+  release_sequences(r, true);
   r.recompute = true;
   ++stats_.preemptions_recompute;
   ++r.result.preemptions;
@@ -347,12 +455,16 @@ void Scheduler::decode() {
   const ModelConfig& c = runner_.weights().config;
   for (;;) {
     if (running_.empty()) return;
+    // One row per live sequence, request by request.
     std::vector<std::int64_t> ids;
     std::vector<std::int32_t> tokens, positions;
     for (const Running& r : running_) {
-      ids.push_back(r.request.id);
-      tokens.push_back(r.result.tokens.back());
-      positions.push_back(static_cast<std::int32_t>(context(r) - 1));
+      for (const Sequence& q : r.seqs) {
+        if (q.done != nullptr) continue;
+        ids.push_back(q.id);
+        tokens.push_back(q.tokens.back());
+        positions.push_back(static_cast<std::int32_t>(context(r, q) - 1));
+      }
     }
     std::vector<float> logits;
     try {
@@ -384,7 +496,7 @@ void Scheduler::decode() {
                       e.request(), e.what(), running_.size() - 1));
       std::vector<Running> others;
       for (Running& r : running_) {
-        if (r.request.id == e.request()) {
+        if (std::any_of(r.seqs.begin(), r.seqs.end(), [&](const Sequence& q) { return q.id == e.request(); })) {
           fail(r, e.what());
           ++stats_.request_faults;
         } else {
@@ -407,26 +519,30 @@ void Scheduler::decode() {
       running_.clear();
       return;
     }
-    stats_.decode_tokens += static_cast<std::int64_t>(running_.size());
+    stats_.decode_tokens += static_cast<std::int64_t>(ids.size());
     ++stats_.decode_steps;
-    stats_.max_batch_seen = std::max(stats_.max_batch_seen, static_cast<std::int64_t>(running_.size()));
+    stats_.max_batch_seen = std::max(stats_.max_batch_seen, static_cast<std::int64_t>(ids.size()));
     std::vector<Running> still;
-    for (std::size_t i = 0; i < running_.size(); ++i) {
-      Running& r = running_[i];
-      try {
-        append_token(r, greedy_token(r.request.id,
-                                     {logits.data() + i * static_cast<std::size_t>(c.vocab_size),
-                                      static_cast<std::size_t>(c.vocab_size)},
-                                     positions[i]));
-      } catch (const InputError& e) {
-        fail(r, e.what());
-        continue;
+    std::size_t row = 0;
+    for (Running& r : running_) {
+      bool failed = false;
+      for (Sequence& q : r.seqs) {
+        if (q.done != nullptr) continue;
+        const std::size_t i = row++;
+        if (failed) continue;
+        try {
+          append_token(r, q,
+                       next_token(r, q, {logits.data() + i * static_cast<std::size_t>(c.vocab_size),
+                                         static_cast<std::size_t>(c.vocab_size)},
+                                  positions[i]));
+        } catch (const InputError& e) {
+          fail(r, e.what());
+          failed = true;
+          continue;
+        }
+        if (const char* reason = stop_reason(r, q)) finish_sequence(r, q, reason);
       }
-      if (const char* reason = stop_reason(r)) {
-        finish(r, reason);
-      } else {
-        still.push_back(std::move(r));
-      }
+      if (!failed && live(r) > 0) still.push_back(std::move(r));
     }
     running_ = std::move(still);
     return;
@@ -440,7 +556,7 @@ bool Scheduler::cancel(std::int64_t id) {
       r.swapped.reset();
     }
     ++stats_.cancelled;
-    log(fmt::format("request {} cancelled after {} tokens", id, r.result.tokens.size()));
+    log(fmt::format("request {} cancelled after {} tokens", id, r.seqs.empty() ? 0 : r.seqs.front().tokens.size()));
     finish(r, "cancelled");  // releases its pages (none when queued)
   };
   for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {

@@ -92,6 +92,18 @@ struct GenerationRequest {
   std::int64_t max_new_tokens = 16;
   bool stop_at_eos = true;
   std::int64_t arrival_step = 0;  // the request may join from this scheduler step on
+  // Sampling (optimized/sampling.h): temperature 0 (the default) is greedy; otherwise tokens are
+  // drawn from softmax(logits / temperature) cut to the top_p nucleus, each draw keyed by
+  // (seed, sample, position), so a replay draws the same tokens.
+  double temperature = 0.0;
+  double top_p = 1.0;
+  std::uint64_t seed = 0;
+  // Parallel sampling (vLLM's fork): n continuations, samples first_sample .. first_sample+n-1,
+  // share the prompt's pages and diverge by copy-on-write; the group is admitted, preempted (by
+  // recompute: a swap would restore the prompt n times) and resumed as a unit. Sample k's tokens
+  // are those of a one-sample request with first_sample k. n > 1 needs a prefix-closed policy.
+  std::int64_t n = 1;
+  std::int64_t first_sample = 0;
 };
 
 struct GenerationResult {
@@ -102,6 +114,10 @@ struct GenerationResult {
   std::int64_t preemptions = 0;
   std::int64_t admitted_step = -1;
   std::int64_t finished_step = -1;
+  // n > 1: every sample's tokens and stop reason, samples[0] being `tokens` (stop_reason is the
+  // request's: sample 0's, or "cancelled" / "error" for all of them).
+  std::vector<std::vector<std::int32_t>> samples;
+  std::vector<std::string> sample_stop_reasons;
 };
 
 struct SchedulerStats {
@@ -145,17 +161,29 @@ class Scheduler {
   const SchedulerStats& stats() const { return stats_; }
   std::int64_t current_step() const { return step_; }
   std::int64_t running() const { return static_cast<std::int64_t>(running_.size()); }
+  // Sequences decoding: a request's samples still generating, summed over the running requests
+  // (what max_batch bounds).
+  std::int64_t running_sequences() const;
   std::int64_t waiting() const { return static_cast<std::int64_t>(waiting_.size()); }
   // Pages reserved by running requests under SchedulerConfig::reserve_tokens (0 when paging).
   std::int64_t reserved_pages() const;
 
  private:
+  // One continuation of a request: its page-manager id (the request's own for the first, one of
+  // the scheduler's below -2^62 for the others), sample index and tokens.
+  struct Sequence {
+    std::int64_t id = 0;
+    std::int64_t sample = 0;
+    std::vector<std::int32_t> tokens;
+    const char* done = nullptr;  // its stop reason once it stopped (its pages then released)
+  };
   struct Running {
     GenerationRequest request;
     GenerationResult result;
+    std::vector<Sequence> seqs;                    // n of them
     std::int64_t admit_order = 0;
     std::int64_t reserved_pages = 0;               // its contiguous reservation (reserve_tokens > 0)
-    std::optional<PagedKvCache::Swapped> swapped;  // set while preempted by swap
+    std::optional<PagedKvCache::Swapped> swapped;  // set while preempted by swap (n = 1 only)
     bool recompute = false;                        // set while preempted by recompute
     std::vector<BlockId> prefix_chain;             // prefix-cache entries it pins (its prompt's whole pages)
   };
@@ -163,7 +191,13 @@ class Scheduler {
   // Tokens a contiguous reservation holds for this request: prompt + output cap, at most
   // reserve_tokens.
   std::int64_t reservation_tokens(const GenerationRequest& request) const;
-  void append_token(Running& r, std::int32_t token);
+  void append_token(Running& r, Sequence& q, std::int32_t token);
+  // The sampled token of sequence q after `position` from its logits row.
+  std::int32_t next_token(const Running& r, const Sequence& q, std::span<const float> logits, std::int64_t position) const;
+  // Sequences of r still generating.
+  static std::int64_t live(const Running& r);
+  // Releases every live sequence's pages (finish, failure, preemption by recompute).
+  void release_sequences(Running& r, bool preempted);
   void admit();
   // Resumes or starts a request: prefill (and replay), or swap-in. PoolExhausted propagates.
   void start(Running& r);
@@ -172,16 +206,21 @@ class Scheduler {
   // Frees r's pages and marks it to be prefilled again and its generated tokens replayed.
   void preempt_to_recompute(Running& r);
   void finish(Running& r, const std::string& reason);
+  // Sequence q stopped: its pages go; the request finishes with its last sequence.
+  void finish_sequence(Running& r, Sequence& q, const char* reason);
   // Unpins r's prefix-cache entries (when its pages go: finish, failure, preemption).
   void drop_prefix(Running& r);
   // Evicts the least recently used idle cached prefix page; false when none.
   bool evict_cached();
   void fail(Running& r, const std::string& error);
-  // Why the request stops now (optimized/greedy_decoding.h), or nullptr.
-  const char* stop_reason(const Running& r) const;
-  std::int64_t context(const Running& r) const {
-    return static_cast<std::int64_t>(r.request.prompt.size() + r.result.tokens.size());
+  // Why a sequence stops now (optimized/greedy_decoding.h), or nullptr.
+  const char* stop_reason(const Running& r, const Sequence& q) const;
+  static std::int64_t context(const Running& r, const Sequence& q) {
+    return static_cast<std::int64_t>(r.request.prompt.size() + q.tokens.size());
   }
+  // Pages a request's live sequences need for their contexts plus one token each, the prompt's
+  // whole pages counted once when they share them.
+  std::int64_t pages_needed(const Running& r) const;
 
   ModelRunner& runner_;
   PagedKvCache& cache_;
@@ -190,6 +229,7 @@ class Scheduler {
   std::int64_t admit_counter_ = 0;
   std::int64_t swap_held_bytes_ = 0;
   std::optional<PrefixPageCache> prefix_;
+  std::int64_t next_fork_id_ = PrefixPageCache::kHolderIds / 2 - 1;  // sequences 1.. of a request, downwards
   std::deque<Running> waiting_;        // arrival order; preempted requests go back to the front
   std::vector<Running> running_;
   std::map<std::int64_t, GenerationResult> results_;

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -236,6 +237,119 @@ TEST(PrefixCacheEngine, CollidingHashesNeverHandOutAnotherPromptsPages) {
   for (std::size_t i = 0; i < distinct.size(); ++i) {
     EXPECT_EQ(again.results[i + distinct.size()].tokens, alone.results[i].tokens);
   }
+}
+
+// Parallel sampling: a request with n continuations shares its prompt's pages among them (copy-on-
+// write from their first token) and is preempted and resumed as a unit, by recompute. Each
+// sample's tokens must be those of a one-sample request with first_sample k, run alone on a pool
+// that never preempts: the pages shared, copied or replayed change nothing.
+TEST(PrefixCacheEngineProps, ForkedSamplesAreTheirSoloRuns) {
+  const ModelConfig c = tiny_config();
+  const ReferenceModel model = tiny_model(c, 31);
+  struct ForkTotals {
+    long groups = 0, copies = 0, preemptions = 0, differing = 0;
+  } totals;
+  check_property("fork/samples are their solo runs", 150, [&] {
+    const std::string policy = *rc::gen::element<std::string>("full-fp16", "int8", "int4:rotate=hadamard");
+    std::vector<GenerationRequest> requests;
+    const auto n = *rc::gen::inRange(1, 9);
+    for (int i = 0; i < n; ++i) {
+      GenerationRequest r;
+      r.id = i;
+      r.prompt = test_tokens(*rc::gen::inRange<std::int64_t>(1, 30), c.vocab_size, *rc::gen::arbitrary<std::uint32_t>());
+      r.max_new_tokens = *rc::gen::inRange<std::int64_t>(1, 24);
+      r.stop_at_eos = *rc::gen::arbitrary<bool>();
+      r.arrival_step = *rc::gen::inRange<std::int64_t>(0, 4);
+      r.n = *rc::gen::inRange<std::int64_t>(1, 5);
+      r.first_sample = *rc::gen::inRange<std::int64_t>(0, 3);
+      r.temperature = *rc::gen::element(0.0, 0.8, 1.5);
+      r.top_p = *rc::gen::element(1.0, 0.9, 0.5);
+      r.seed = *rc::gen::arbitrary<std::uint32_t>();
+      requests.push_back(std::move(r));
+    }
+    SchedulerConfig sc;
+    sc.max_batch = *rc::gen::inRange<std::int64_t>(1, 10);
+    sc.preemption = *rc::gen::element(PreemptionMode::kRecompute, PreemptionMode::kSwap, PreemptionMode::kAuto);
+    sc.prefix_cache = *rc::gen::arbitrary<bool>();
+    std::int64_t longest = 0;
+    const auto probe = engine_with(model, policy, 1);
+    for (const GenerationRequest& r : requests) {
+      longest = std::max(longest, r.n * probe->cache->request_pages(static_cast<std::int64_t>(r.prompt.size()) +
+                                                                    r.max_new_tokens));
+    }
+    const std::int64_t pages = longest * *rc::gen::element<std::int64_t>(4, 5, 6, 100) / 4;
+    const SchedulerRun group = run_scheduler(model, policy, pages, sc, requests, sc.prefix_cache);
+    // Each sample alone: n = 1 at its index, the same reusable prefill or not.
+    std::vector<GenerationRequest> solos;
+    for (const GenerationRequest& r : requests) {
+      for (std::int64_t k = 0; k < r.n; ++k) {
+        GenerationRequest one = r;
+        one.id = r.id * 100 + k;
+        one.n = 1;
+        one.first_sample = r.first_sample + k;
+        solos.push_back(one);
+      }
+    }
+    SchedulerConfig plain;
+    plain.max_batch = 256;
+    const SchedulerRun alone = run_scheduler(model, policy, 8000, plain, solos, sc.prefix_cache);
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      const GenerationResult& g = group.results[i];
+      if (g.stop_reason == "error") RC_FAIL(fmt::format("request {} failed: {}", g.id, g.error));
+      const std::int64_t count = requests[i].n;
+      if (count > 1 && static_cast<std::int64_t>(g.samples.size()) != count) RC_FAIL("samples missing");
+      std::set<std::vector<std::int32_t>> distinct;
+      for (std::int64_t k = 0; k < count; ++k, ++at) {
+        const std::vector<std::int32_t>& got = count > 1 ? g.samples[static_cast<std::size_t>(k)] : g.tokens;
+        const GenerationResult& want = alone.results[at];
+        if (got != want.tokens) {
+          RC_FAIL(fmt::format("{}: request {} sample {} (n {}, temperature {}, top_p {}): tokens differ from its solo "
+                              "run", policy, g.id, k, count, requests[i].temperature, requests[i].top_p));
+        }
+        if (count > 1 && g.sample_stop_reasons[static_cast<std::size_t>(k)] != want.stop_reason) {
+          RC_FAIL(fmt::format("request {} sample {}: stop reason {} vs {}", g.id, k,
+                              g.sample_stop_reasons[static_cast<std::size_t>(k)], want.stop_reason));
+        }
+        distinct.insert(got);
+      }
+      if (count > 1) {
+        ++totals.groups;
+        RC_ASSERT(g.tokens == g.samples.front());
+        totals.differing += distinct.size() > 1;
+      }
+    }
+    totals.copies += group.stats.cow_copies;
+    totals.preemptions += group.stats.preemptions_recompute + group.stats.preemptions_swap;
+  });
+  std::printf("%ld groups (%ld with differing samples), %ld copy-on-write copies, %ld preemptions\n", totals.groups,
+              totals.differing, totals.copies, totals.preemptions);
+  EXPECT_GT(totals.differing, 0);
+  EXPECT_GT(totals.copies, 0);
+  EXPECT_GT(totals.preemptions, 0);
+}
+
+TEST(PrefixCacheEngine, SamplingRequestsAreCheckedAtSubmission) {
+  const ReferenceModel model = tiny_model(tiny_config(), 3);
+  auto evicting = engine_with(model, "h2o", 100, 4096);
+  Scheduler s(*evicting->runner, SchedulerConfig{});
+  GenerationRequest r;
+  r.prompt = {4, 5, 6};
+  r.n = 3;
+  s.submit(r);
+  r.id = 1;
+  r.n = 1;
+  r.temperature = -1.0;
+  s.submit(r);
+  r.id = 2;
+  r.temperature = 1.0;
+  r.top_p = 0.0;
+  s.submit(r);
+  const std::vector<GenerationResult> results = s.run();
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_NE(results[0].error.find("prefix-closed"), std::string::npos) << results[0].error;
+  EXPECT_NE(results[1].error.find("temperature"), std::string::npos) << results[1].error;
+  EXPECT_NE(results[2].error.find("top_p"), std::string::npos) << results[2].error;
 }
 
 TEST(PrefixCacheEngine, RefusesWhatCannotShare) {

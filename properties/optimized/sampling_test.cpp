@@ -1,0 +1,76 @@
+// optimized/sampling.h against what sampling means: greedy at temperature 0, the softmax's
+// frequencies over many seeds, the top-p nucleus cut exactly where its mass reaches top_p, and a
+// draw that depends on (seed, sample, position) only.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <vector>
+
+#include "optimized/greedy_decoding.h"
+#include "optimized/sampling.h"
+#include "properties/support/test_support.h"
+
+namespace kvcheck {
+namespace {
+
+TEST(Sampling, TemperatureZeroIsGreedy) {
+  const std::vector<float> logits = {0.5f, 2.0f, 2.0f, -1.0f};
+  for (std::uint64_t seed = 0; seed < 20; ++seed) {
+    EXPECT_EQ(sample_token(0, logits, 5, SamplingParams{0.0, 0.3, seed}, 2), greedy_token(0, logits, 5));
+  }
+}
+
+TEST(Sampling, FrequenciesFollowTheSoftmaxAtTheTemperature) {
+  const std::vector<float> logits = {1.0f, 0.0f, -1.0f, 0.5f};
+  const double t = 0.7;
+  std::vector<double> want(logits.size());
+  double z = 0.0;
+  for (std::size_t i = 0; i < logits.size(); ++i) z += want[i] = std::exp(logits[i] / t);
+  const int draws = 40000;
+  std::map<std::int32_t, int> seen;
+  for (int k = 0; k < draws; ++k) ++seen[sample_token(0, logits, k, SamplingParams{t, 1.0, 17}, 0)];
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    const double p = want[i] / z;
+    const double sd = std::sqrt(p * (1.0 - p) / draws);
+    EXPECT_NEAR(seen[static_cast<std::int32_t>(i)] / static_cast<double>(draws), p, 5.0 * sd) << "token " << i;
+  }
+}
+
+TEST(Sampling, TopPKeepsTheShortestHeadReachingItsMass) {
+  // Probabilities at temperature 1: 0.5, 0.25, 0.125, 0.125 (logits as log2 multiples).
+  const float l2 = static_cast<float>(std::log(2.0));
+  const std::vector<float> logits = {3 * l2, 2 * l2, l2, l2};
+  std::map<std::int32_t, int> seen;
+  for (int k = 0; k < 4000; ++k) ++seen[sample_token(0, logits, k, SamplingParams{1.0, 0.75, 3}, 0)];
+  EXPECT_GT(seen[0], 0);
+  EXPECT_GT(seen[1], 0);
+  EXPECT_EQ(seen[2] + seen[3], 0) << "0.5 + 0.25 reaches top_p 0.75: the rest is cut";
+  EXPECT_NEAR(seen[0] / 4000.0, 2.0 / 3.0, 0.04);
+  std::map<std::int32_t, int> just_above;
+  for (int k = 0; k < 4000; ++k) ++just_above[sample_token(0, logits, k, SamplingParams{1.0, 0.76, 3}, 0)];
+  EXPECT_GT(just_above[2], 0) << "0.76 needs the third token";
+  EXPECT_EQ(just_above[3], 0) << "ties keep the lower id first";
+  for (int k = 0; k < 100; ++k) EXPECT_EQ(sample_token(0, logits, k, SamplingParams{1.0, 1e-9, 3}, 0), 0);
+}
+
+TEST(Sampling, TheDrawDependsOnSeedSampleAndPositionOnly) {
+  EXPECT_EQ(sampling_draw(5, 2, 40), sampling_draw(5, 2, 40));
+  EXPECT_NE(sampling_draw(5, 2, 40), sampling_draw(5, 3, 40));
+  EXPECT_NE(sampling_draw(5, 2, 40), sampling_draw(5, 2, 41));
+  EXPECT_NE(sampling_draw(5, 2, 40), sampling_draw(6, 2, 40));
+  for (int k = 0; k < 1000; ++k) {
+    const double u = sampling_draw(9, k % 7, k);
+    EXPECT_GE(u, 0.0);
+    EXPECT_LT(u, 1.0);
+  }
+}
+
+TEST(Sampling, NonFiniteLogitsNameTheRequest) {
+  const std::vector<float> nan = {0.0f, NAN}, inf = {0.0f, INFINITY};
+  testing::expect_input_error([&] { sample_token(7, nan, 3, SamplingParams{}, 0); }, {"request 7", "position 3"});
+  testing::expect_input_error([&] { sample_token(7, inf, 3, SamplingParams{1.0, 1.0, 0}, 0); }, {"request 7", "position 3"});
+}
+
+}  // namespace
+}  // namespace kvcheck
