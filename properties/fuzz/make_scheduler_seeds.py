@@ -19,13 +19,16 @@ def header(policy, mode, batch, watermark_tenths, recompute_max, swap_quarters, 
                   {512: 0, 1024: 1, 2048: 2}[page_bytes]])
 
 
-def submit(rid, n, max_new, eos=False, arrival=0, tokens=None, unknown=False):
-    assert max_new < 24 and arrival < 4
+TEMPERATURES = {0.0: 0, 0.8: 1, 1.5: 2}
+
+
+def submit(rid, n, max_new, eos=False, arrival=0, tokens=None, unknown=False, samples=1, temperature=0.0):
+    assert max_new < 24 and arrival < 4 and 1 <= samples <= 4
     b = [0, rid, n, 0 if unknown else 1]
     for i in range(n):
         t = tokens[i] if tokens else rng.randrange(2048)
         b += [t >> 8, t & 255]
-    return bytes(b + [max_new, 0 if eos else 1, arrival])
+    return bytes(b + [max_new, 0 if eos else 1, arrival, samples - 1, TEMPERATURES[temperature]])
 
 
 STEP, STEPS4 = bytes([1]), bytes([3])
@@ -72,6 +75,14 @@ SEEDS = {
     "prefix-cache-int8-swap": header("int8", "swap", 3, 8, 0, 0, False, 30, prefix_cache=True)
     + many(3, 13, 16, tokens=SYSTEM) + b"".join(submit(3 + i, 16, 10, tokens=SYSTEM + [7, 8, 9]) for i in range(3))
     + STEPS4 * 6,
+    # parallel sampling: groups of 2 to 4 samples, greedy and sampled, on a tight pool (preempted
+    # as units), one group with the prefix cache
+    "fork-fp16": header("full-fp16", "auto", 6, 9, 12, 0, False, 36)
+    + b"".join(submit(i, 7 + 2 * i, 14, samples=2 + i % 3, temperature=[0.0, 0.8, 1.5][i % 3]) for i in range(4))
+    + STEPS4 * 8,
+    "fork-int8-prefix-cache": header("int8", "auto", 8, 9, 12, 0, False, 40, prefix_cache=True)
+    + b"".join(submit(i, 13, 12, tokens=SYSTEM, samples=3, temperature=0.8, arrival=i % 2) for i in range(3))
+    + STEPS4 * 8,
     "context-limit-snapkv": header("snapkv", "recompute", 2, 9, 0, 0, False, 63, 1024) + many(2, 44, 23) + STEPS4 * 4,
 }
 

@@ -3,7 +3,8 @@
 // mode, a batch limit, a watermark, a host-swap budget, paging (with the prefix cache, for a
 // prefix-closed policy, when the reservation byte is 1) or contiguous reservation, and a
 // pool of 6 to 63 pages of 512 to 2048 bytes; then submissions (empty, too long, unknown token
-// ids and duplicate ids among them), steps and cancellations. The seed corpus is written by
+// ids and duplicate ids among them; 1 to 4 samples each, greedy or sampled), steps and
+// cancellations. The seed corpus is written by
 // make_scheduler_seeds.py, which spells the encoding out.
 // After every command: every page is free or held (a shared page counted once), the batch within
 // its limit, swapped bytes within their budget. At the end run() finishes everything, and
@@ -13,6 +14,7 @@
 //   - errors are named, every page is back in the pool but the prefix cache's (one page per
 //     head of each cached entry) and no swapped byte is left.
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -69,19 +71,22 @@ std::unique_ptr<Engine> engine(const std::string& policy, std::int64_t pages, st
   return make_engine(model(), o);
 }
 
-// The request's tokens when it runs alone, on an engine with room for everything (with the
-// prefix cache's reusable prefill when the run had the cache).
-std::vector<std::int32_t> solo(std::size_t policy, bool reusable, const GenerationRequest& r) {
+// Sample k's tokens when it runs alone (one sample, first_sample k), on an engine with room for
+// everything (with the prefix cache's reusable prefill when the run had the cache).
+std::vector<std::int32_t> solo(std::size_t policy, bool reusable, const GenerationRequest& r, std::int64_t k) {
   static std::map<std::pair<std::size_t, bool>, std::unique_ptr<Engine>> engines;
   std::unique_ptr<Engine>& e = engines[{policy, reusable}];
   if (!e) {
     e = engine(kPolicies[policy], 0, 2048);
     e->runner->set_reusable_prefill(reusable);
   }
-  EngineGenerateOptions o;
-  o.max_new_tokens = r.max_new_tokens;
-  o.stop_at_eos = r.stop_at_eos;
-  return engine_generate(*e, r.id, r.prompt, o).generated;
+  Scheduler s(*e->runner, SchedulerConfig{});
+  GenerationRequest one = r;
+  one.n = 1;
+  one.first_sample = r.first_sample + k;
+  one.arrival_step = 0;
+  s.submit(one);
+  return s.run().front().tokens;
 }
 
 void check_pages(const PagedKvCache& cache) {
@@ -136,6 +141,12 @@ int scheduler(const std::uint8_t* data, std::size_t size) {
         r.max_new_tokens = in.below(24);
         r.stop_at_eos = in.below(2) == 0;
         r.arrival_step = in.below(4);
+        // Parallel sampling: 1 to 4 samples (more than one only for a prefix-closed policy: the
+        // others are answered with that reason), greedy or at a temperature, seeded by the id.
+        r.n = 1 + in.below(4);
+        r.temperature = std::array{0.0, 0.8, 1.5}[in.below(3)];
+        r.top_p = r.temperature > 0.0 ? 0.9 : 1.0;
+        r.seed = static_cast<std::uint64_t>(r.id);
         const bool duplicate = accepted.contains(r.id);
         try {
           s->submit(r);
@@ -181,10 +192,15 @@ int scheduler(const std::uint8_t* data, std::size_t size) {
     if (res.stop_reason == "max_new_tokens" && static_cast<std::int64_t>(res.tokens.size()) != req.max_new_tokens) {
       broken(name + ": stopped at max_new_tokens early");
     }
-    const std::vector<std::int32_t> alone = solo(policy, config.prefix_cache, req);
-    const bool prefix = res.tokens.size() <= alone.size() && std::equal(res.tokens.begin(), res.tokens.end(), alone.begin());
-    if (!prefix || (res.stop_reason != "cancelled" && res.tokens.size() != alone.size())) {
-      broken(name + ": tokens differ from its solo run (" + kPolicies[policy] + ", stop " + res.stop_reason + ")");
+    if (req.n > 1 && static_cast<std::int64_t>(res.samples.size()) != req.n) broken(name + ": samples missing");
+    for (std::int64_t k = 0; k < req.n; ++k) {
+      const std::vector<std::int32_t>& got = req.n > 1 ? res.samples[static_cast<std::size_t>(k)] : res.tokens;
+      const std::vector<std::int32_t> alone = solo(policy, config.prefix_cache, req, k);
+      const bool prefix = got.size() <= alone.size() && std::equal(got.begin(), got.end(), alone.begin());
+      if (!prefix || (res.stop_reason != "cancelled" && got.size() != alone.size())) {
+        broken(name + " sample " + std::to_string(k) + ": tokens differ from its solo run (" + kPolicies[policy] +
+               ", stop " + res.stop_reason + ")");
+      }
     }
   }
   const std::int64_t cached = s->stats().prefix_cached_entries * e->cache->manager().heads_per_request();
