@@ -1,5 +1,9 @@
 #include "kernels/cpu/dense_ops.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include <Eigen/Core>
 
 #include <cmath>
@@ -58,7 +62,12 @@ void check(const LinearRowsArgs& a) {
 bool linear_isa_available(LinearIsa isa) {
   if (isa == LinearIsa::kPortable) return true;
 #if defined(KVCHECK_LINEAR_AVX2)
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  // F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know "f16c"
+  // (the ci/fuzz.sh build is clang's). AVX2 through the builtin, which also checks that the OS
+  // saves the AVX registers.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+  return __builtin_cpu_supports("avx2") && f16c;
 #else
   return false;
 #endif
