@@ -9,6 +9,19 @@ Each mutant is written into a scratch copy of the tree, built incrementally, and
 gate's ctest suites with --stop-on-failure and a timeout; then the file is restored. Outcomes:
 killed (a test failed), timed_out, survived, did_not_compile (the build failed: the compiler
 caught it), equivalent (listed in datasets/mutation/equivalent.txt with a one-line argument).
+
+Speed, with the verdict unchanged:
+  - a targeted first pass: the gate's tests from the test files that include the mutated file's
+    own header (X.cpp -> X.h; an .inc counts as the files that include it), or, when none does,
+    every test file of the same area (kernels/cpu -> properties/kernels, ...), run with
+    --stop-on-failure. A failure there is a kill by a gate test (it runs under the same ctest
+    label filter); only a mutant that passes it goes on to the whole gate, so a survivor has
+    still passed every gate test. The summary says which pass killed each mutant.
+  - the scratch build uses Ninja when it is installed (and ccache), and a mutant rebuilds only
+    what ctest runs (--build-targets; by default the CLI and the two test executables).
+  - the summary is rewritten after every mutant; --resume keeps the outcomes of an earlier run
+    with the same seed, count, shard, mutants file and gate, and tries only the rest, so a
+    campaign can be interrupted or spread over sessions.
 """
 import argparse
 import hashlib
@@ -170,6 +183,78 @@ def failed_tests(out):
     return [l.strip() for l in tail[1].strip().split("\n") if l.strip()] if len(tail) > 1 else []
 
 
+# Where each mutated folder's tests live (the fallback of the targeted pass).
+TEST_AREAS = {"kernels/cpu/": "properties/kernels/", "optimized/": "properties/optimized/",
+              "oracles/": "properties/oracles/", "cli/report_": "properties/cli/report_",
+              "reference/": "properties/reference/"}
+TEST_DEF = re.compile(r"^\s*(?:TEST|TEST_F|TEST_P|RC_GTEST_PROP|RC_GTEST_FIXTURE_PROP|TYPED_TEST)\(\s*(\w+)\s*,", re.M)
+INCLUDE = re.compile(r'^\s*#include "([^"]+)"', re.M)
+
+
+def read(root, rel):
+    with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
+        return f.read()
+
+
+def test_index(root):
+    """{test file: (suite names, project includes)} over properties/ (gpu tests left out)."""
+    index = {}
+    for dirpath, _, names in os.walk(os.path.join(root, "properties")):
+        for n in sorted(names):
+            if n.endswith((".cpp", ".cc")) and not n.endswith("_gpu_test.cpp"):
+                rel = os.path.relpath(os.path.join(dirpath, n), root)
+                text = read(root, rel)
+                suites = sorted(set(TEST_DEF.findall(text)))
+                includes = set(INCLUDE.findall(text))
+                for h in list(includes):  # through the test helpers (properties/*.h) too
+                    if h.startswith("properties/") and os.path.exists(os.path.join(root, h)):
+                        includes |= set(INCLUDE.findall(read(root, h)))
+                if suites:
+                    index[rel] = (suites, includes)
+    return index
+
+
+def module_headers(root, rel, seen=None):
+    """The headers a test includes to reach the code of `rel`: its own header, or for an .inc
+    the headers of the files that include it."""
+    seen = seen if seen is not None else set()
+    if rel in seen:
+        return set()
+    seen.add(rel)
+    stem, ext = os.path.splitext(rel)
+    if ext == ".h":
+        return {rel}
+    if ext == ".inc":
+        out = set()
+        for other in sources(root):
+            if other != rel and rel in INCLUDE.findall(read(root, other)):
+                out |= module_headers(root, other, seen)
+        return out
+    return {stem + ".h"} if os.path.exists(os.path.join(root, stem + ".h")) else set()
+
+
+def targeted_regex(root, rel, index):
+    """A ctest -R selecting the suites most likely to kill a mutant of `rel`, or None."""
+    heads = module_headers(root, rel)
+    stem = os.path.splitext(os.path.basename(rel))[0]
+    # ... or are named for it (tokenizer_json_test.cpp tests tokenizer_json_text.cpp).
+    named = lambda t: stem.startswith(re.sub(r"_(test|props)$", "", os.path.splitext(os.path.basename(t))[0]))
+    files = [t for t, (_, inc) in index.items() if inc & heads or (named(t) and t.startswith(
+        next((v for k, v in TEST_AREAS.items() if rel.startswith(k)), "properties/")))]
+    if not files:
+        area = next((v for k, v in TEST_AREAS.items() if rel.startswith(k)), None)
+        files = [t for t in index if area and t.startswith(area)]
+    suites = sorted({s for t in files for s in index[t][0]})
+    return f"(^|/)({'|'.join(suites)})[.]" if suites else None
+
+
+def write_json(path, obj):
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=1)
+    os.replace(tmp, path)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seed", type=int, default=1)
@@ -177,31 +262,43 @@ def main():
     ap.add_argument("--shard", type=int, default=0)
     ap.add_argument("--shards", type=int, default=1)
     ap.add_argument("--mutants", help="JSONL of listed mutants instead of sampled ones")
-    ap.add_argument("--only", help="comma-separated mutant ids (reproduce)")
+    ap.add_argument("--only", help="comma-separated mutant ids (reproduce; summary-only.json)")
     ap.add_argument("--list", action="store_true", help="print the selected mutants and exit")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the outcomes in an existing summary of the same campaign, try the rest")
+    ap.add_argument("--no-targeted", dest="targeted", action="store_false",
+                    help="run every mutant against the whole gate only (no targeted first pass)")
     ap.add_argument("--work", default="build-mutate")
     ap.add_argument("--out", default="mutate-out")
     ap.add_argument("--jobs", type=int, default=os.cpu_count())
     ap.add_argument("--timeout", type=int, default=1800, help="seconds for one mutant's test run")
     ap.add_argument("--ctest-args", default="-LE gpu|slow", help="which tests form the gate (ctest arguments)")
-    ap.add_argument("--build-targets", default="", help="comma-separated targets a mutant rebuilds (default: all)")
+    ap.add_argument("--cmake-args", default="-DKVCHECK_CUDA=OFF",
+                    help="configure flags of the scratch build (default: the CPU gate, no CUDA)")
+    ap.add_argument("--build-targets", default="kvcheck,kvcheck_unit_tests,kvcheck_property_tests",
+                    help="comma-separated targets a mutant rebuilds ('' for all)")
     a = ap.parse_args()
     root = os.getcwd()
     pool = listed_mutants(root, a.mutants) if a.mutants else enumerate_mutants(root)
     if a.only:
         want = set(a.only.split(","))
         chosen = [m for m in pool if m["id"] in want]
+        if len(chosen) != len(want):
+            sys.exit(f"ci/mutate.sh: no candidate mutant with id {', '.join(sorted(want - {m['id'] for m in chosen}))}")
     elif a.mutants:
         chosen = pool
     else:
         chosen = random.Random(a.seed).sample(pool, min(a.count, len(pool)))
-    chosen = chosen[a.shard::a.shards]
+    if not a.only:
+        chosen = chosen[a.shard::a.shards]
     if a.list:
         for m in chosen:
             print(f"{m['id']}  {m['file']}:{m['line']}  {m['rule']}\n    - {m['original'].strip()}\n    + {m['mutated'].strip()}")
         print(f"{len(chosen)} of {len(pool)} candidate mutants")
         return 0
     eq = equivalents(os.path.join(root, "datasets/mutation/equivalent.txt"))
+    index = test_index(root)
+    targeted = a.targeted and "-R" not in a.ctest_args.split()
 
     # The scratch copy: the tracked and untracked-not-ignored files, built once; a mutant then
     # rebuilds what depends on its file. Same layout as the tree (build/ inside), so ccache hits.
@@ -215,23 +312,66 @@ def main():
             if not os.path.exists(dst) or open(dst, "rb").read() != open(os.path.join(root, rel), "rb").read():
                 shutil.copy2(os.path.join(root, rel), dst)
     build = os.path.join(src, "build")
-    cfg = ["cmake", "-S", src, "-B", build, "-DCMAKE_BUILD_TYPE=Release"]
+    cfg = ["cmake", "-S", src, "-B", build, "-DCMAKE_BUILD_TYPE=Release", *a.cmake_args.split()]
+    # Ninja rebuilds a one-file change with less overhead; an existing build dir keeps its generator.
+    if shutil.which("ninja") and not os.path.exists(os.path.join(build, "CMakeCache.txt")):
+        cfg += ["-G", "Ninja"]
     if shutil.which("ccache"):
         cfg += ["-DCMAKE_CXX_COMPILER_LAUNCHER=ccache", "-DCMAKE_CUDA_COMPILER_LAUNCHER=ccache"]
-    t0 = time.time()
-    for cmd in (cfg, ["cmake", "--build", build, "-j", str(a.jobs)]):
-        rc, out = run(cmd, src)
-        if rc != 0:
-            sys.exit(f"ci/mutate.sh: the unmutated scratch tree does not build:\n{out[-4000:]}")
     build_cmd = ["cmake", "--build", build, "-j", str(a.jobs)]
     if a.build_targets:
         build_cmd += ["--target", *a.build_targets.split(",")]
+    t0 = time.time()
+    for cmd in (cfg, build_cmd):
+        rc, out = run(cmd, src)
+        if rc != 0:
+            sys.exit(f"ci/mutate.sh: the unmutated scratch tree does not build:\n{out[-4000:]}")
     ctest = ["ctest", "--test-dir", build, "--stop-on-failure", "--timeout", "600", "-j", str(a.jobs)] + a.ctest_args.split()
-    print(f"ci/mutate.sh: scratch tree built in {time.time() - t0:.0f} s; {len(chosen)} mutants", flush=True)
+    print(f"ci/mutate.sh: scratch tree built in {time.time() - t0:.0f} s; {len(chosen)} mutants"
+          f"{' (targeted first pass on)' if targeted else ''}", flush=True)
 
     os.makedirs(a.out, exist_ok=True)
-    results = []
-    for i, m in enumerate(chosen):
+    name = os.path.join(a.out, "summary-only.json" if a.only else f"summary-shard{a.shard}.json")
+    campaign = {"format": "kvcheck-mutation-summary", "version": 2, "seed": a.seed, "count": a.count,
+                "shard": a.shard, "shards": a.shards, "mutants_file": a.mutants, "only": a.only,
+                "ctest": " ".join(ctest[:1] + ctest[3:])}  # without the machine's build path
+    results, wall_before = [], 0.0
+    if a.resume and not a.only and os.path.exists(name):
+        with open(name, encoding="utf-8") as f:
+            old = json.load(f)
+        if any(old.get(k) != v for k, v in campaign.items() if k != "version"):
+            sys.exit(f"ci/mutate.sh: {name} is another campaign's summary (seed, count, shard, mutants or gate differ)")
+        want = {m["id"] for m in chosen}
+        results = [r for r in old["mutants"] if r["id"] in want and r["outcome"] != "stale"]
+        wall_before = old.get("wall_s", 0.0)
+        print(f"ci/mutate.sh: resuming {name}: {len(results)} of {len(chosen)} mutants already tried", flush=True)
+    done = {r["id"] for r in results}
+
+    def summary():
+        for r in results:  # an argument added to equivalent.txt since the run counts at once
+            if r["outcome"] in ("survived", "equivalent"):
+                r["outcome"] = "equivalent" if r["id"] in eq else "survived"
+                r.pop("equivalent_because", None)
+                if r["id"] in eq:
+                    r["equivalent_because"] = eq[r["id"]]
+        counts = {k: sum(r["outcome"] == k for r in results)
+                  for k in ("killed", "survived", "timed_out", "did_not_compile", "equivalent", "stale")}
+        live = counts["killed"] + counts["survived"] + counts["timed_out"]
+        return {**campaign, "selected": len(chosen), "tried": len(results), **counts,
+                "killed_by_targeted_pass": sum(r.get("killed_by") == "targeted" for r in results),
+                "kill_rate": round((counts["killed"] + counts["timed_out"]) / live, 4) if live else None,
+                "wall_s": round(wall_before + time.time() - t0, 1),
+                "survivors": [r for r in results if r["outcome"] == "survived"], "mutants": results}
+
+    def ctest_pass(args):
+        begin = time.time()
+        rc, out = run(ctest + args, src, timeout=a.timeout)
+        failed = failed_tests(out) if rc else []
+        timed = rc is None or (failed and all("Timeout" in t for t in failed))
+        return rc, failed, timed, round(time.time() - begin, 1)
+
+    todo = [m for m in chosen if m["id"] not in done]
+    for m in todo:
         path = os.path.join(src, m["file"])
         with open(path, encoding="utf-8") as f:
             text = f.read()
@@ -252,44 +392,44 @@ def main():
                 with open(path, "w", encoding="utf-8") as f:
                     f.write("\n".join(lines))
                 rc, out = run(build_cmd, src)
+                r["build_s"] = round(time.time() - start, 1)
                 if rc != 0:
                     r["outcome"] = "did_not_compile"
                 else:
-                    rc, out = run(ctest, src, timeout=a.timeout)
-                    failed = failed_tests(out) if rc else []
+                    rc, failed, timed = 0, [], False
+                    regex = targeted_regex(root, m["file"], index) if targeted else None
+                    if regex:
+                        rc, failed, timed, r["targeted_s"] = ctest_pass(["-R", regex])
+                        r["killed_by"] = "targeted"
+                    if rc == 0:
+                        rc, failed, timed, r["gate_s"] = ctest_pass([])
+                        r["killed_by"] = "gate"
                     r["failed_tests"] = failed
-                    if rc is None or (failed and all("Timeout" in t for t in failed)):
+                    if timed:
                         r["outcome"] = "timed_out"
                     elif rc != 0:
                         r["outcome"] = "killed"
                     else:
-                        r["outcome"] = "equivalent" if m["id"] in eq else "survived"
-                    if m["id"] in eq:
-                        r["equivalent_because"] = eq[m["id"]]
+                        r["outcome"] = "survived"
+                    if r["outcome"] != "killed":
+                        r.pop("killed_by")
         finally:
             with open(path, "w", encoding="utf-8") as f:
                 f.write(text)
         r["seconds"] = round(time.time() - start, 1)
         results.append(r)
-        print(f"[{i + 1}/{len(chosen)}] {r['outcome']:<15} {m['id']} {m['file']}:{m['line']} {m['rule']} "
-              f"({r['seconds']} s) {' '.join(r.get('failed_tests', [])[:1])}", flush=True)
+        write_json(name, summary())
+        print(f"[{len(results)}/{len(chosen)}] {r['outcome']:<15} {m['id']} {m['file']}:{m['line']} {m['rule']} "
+              f"({r['seconds']} s{', ' + r['killed_by'] if r.get('killed_by') else ''}) "
+              f"{' '.join(r.get('failed_tests', [])[:1])}", flush=True)
     # Put the scratch build back to the unmutated tree for the next run.
     run(build_cmd, src)
 
-    counts = {k: sum(r["outcome"] == k for r in results)
-              for k in ("killed", "survived", "timed_out", "did_not_compile", "equivalent", "stale")}
-    live = counts["killed"] + counts["survived"] + counts["timed_out"]
-    summary = {"format": "kvcheck-mutation-summary", "version": 1, "seed": a.seed, "shard": a.shard,
-               "shards": a.shards, "mutants_file": a.mutants, "ctest": " ".join(ctest), "tried": len(results),
-               **counts, "kill_rate": (counts["killed"] + counts["timed_out"]) / live if live else None,
-               "wall_s": round(time.time() - t0, 1),
-               "survivors": [r for r in results if r["outcome"] == "survived"], "mutants": results}
-    name = os.path.join(a.out, f"summary-shard{a.shard}.json")
-    with open(name, "w", encoding="utf-8") as f:
-        json.dump(summary, f, indent=1)
-    print(f"ci/mutate.sh: {json.dumps({k: summary[k] for k in ('tried', *counts, 'kill_rate', 'wall_s')})}\n"
+    s = summary()
+    write_json(name, s)
+    print(f"ci/mutate.sh: {json.dumps({k: s[k] for k in ('tried', 'killed', 'survived', 'timed_out', 'did_not_compile', 'equivalent', 'stale', 'kill_rate', 'wall_s')})}\n"
           f"summary: {name}")
-    return 1 if counts["survived"] else 0
+    return 1 if s["survived"] else 0
 
 
 if __name__ == "__main__":

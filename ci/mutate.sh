@@ -9,16 +9,21 @@
 #     weights, tokenizers); comments and string literals are left alone;
 #   - a seeded sample of --count of them (ids are stable hashes of file, line text and rule),
 #     or the listed mutants of --mutants FILE.jsonl (datasets/mutation/*.jsonl);
-#   - each one applied in a scratch copy of the tree (build-mutate/src, built once with ccache),
-#     rebuilt incrementally and run against ctest --stop-on-failure with a timeout, then restored;
+#   - each one applied in a scratch copy of the tree (build-mutate/src, built once with ccache and
+#     Ninja when installed, -DKVCHECK_CUDA=OFF), rebuilt incrementally (the CLI and the test
+#     executables) and run with ctest --stop-on-failure and a timeout: first the gate's tests of
+#     the mutated file's area (the test files that include its header), then, if those pass, the
+#     whole gate, so a survivor has passed every gate test; then restored;
 #   - a JSON summary: tried, killed, survived, timed_out, did_not_compile, equivalent (the ids in
 #     datasets/mutation/equivalent.txt, each with its one-line argument), the kill rate over the
-#     rest, and for every survivor its diff and the command that reproduces it.
+#     rest, and for every survivor its diff and the command that reproduces it. It is rewritten
+#     after every mutant; --resume continues an interrupted campaign (same seed, count, shard).
 #
 #   ./ci/mutate.sh --seed 1 --count 150                        # the campaign (summary in mutate-out/)
 #   ./ci/mutate.sh --seed 1 --count 150 --shard 2 --shards 4   # shard 2 of 4, one per machine
 #   ./ci/mutate.sh --seed 1 --count 150 --list                 # what would be tried, without building
-#   ./ci/mutate.sh --only 3f2a9c1b0d4e --seed 1 --count 150    # reproduce one mutant
+#   ./ci/mutate.sh --seed 1 --count 150 --shard 2 --shards 4 --resume   # continue that shard
+#   ./ci/mutate.sh --only 3f2a9c1b0d4e --seed 1 --count 150    # reproduce one (summary-only.json)
 #   ./ci/mutate.sh --mutants datasets/mutation/looser_bounds.jsonl --ctest-args "-R Tight|Tolerance|GateEdges"
 #
 # Shards take every K-th mutant of the same sample, so their summaries' "mutants" lists merge
