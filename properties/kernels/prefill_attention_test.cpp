@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/prefill_attention.h"
@@ -180,6 +181,16 @@ TEST(PrefillAttention, BadShapesNameTheField) {
   in.n_heads = 3;
   in.n_kv_heads = 2;
   expect(in, {out}, "n_heads / n_kv_heads:");
+  // No kv heads (or no query heads) is a bad shape too, not a division by zero.
+  for (const auto& [heads, kv_heads] : {std::pair{1, 0}, std::pair{0, 1}, std::pair{2, -1}}) {
+    in = base();
+    in.n_heads = heads;
+    in.n_kv_heads = kv_heads;
+    expect(in, {out}, "n_heads / n_kv_heads:");
+  }
+  in = base();
+  in.head_dim = 0;
+  expect(in, {out}, "head_dim:");
   in = base();
   in.tile = 0;
   expect(in, {out}, "tile:");

@@ -283,6 +283,29 @@ TEST(SafetensorsRead, ViewsSurviveMovingTheFile) {
   EXPECT_EQ(second.names().size(), 6u);
 }
 
+// The file is mapped while a SafetensorsFile holds it and unmapped when the last owner goes (a
+// process that loads model after model, like the sweep, must not keep every checkpoint mapped).
+// Linux: the mappings are the lines of /proc/self/maps that name the file.
+TEST(SafetensorsRead, MappingIsReleasedWithTheFile) {
+  if (!std::filesystem::exists("/proc/self/maps")) GTEST_SKIP() << "no /proc/self/maps";
+  const TempDir dir;
+  const auto path = dir / "mapped.safetensors";
+  write_safetensors(path, sample_tensors());
+  const auto mappings = [&] {
+    const std::string maps = read_file("/proc/self/maps");
+    int n = 0;
+    for (std::size_t at = maps.find(path.string()); at != std::string::npos; at = maps.find(path.string(), at + 1)) ++n;
+    return n;
+  };
+  {
+    SafetensorsFile first = SafetensorsFile::open(path);
+    EXPECT_EQ(mappings(), 1);
+    SafetensorsFile second = std::move(first);  // the moved-from file owns nothing
+    EXPECT_EQ(mappings(), 1);
+  }
+  EXPECT_EQ(mappings(), 0);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Malformed files: each error names the file and the field or tensor.
 
