@@ -172,11 +172,14 @@ void Scheduler::submit(GenerationRequest request) {
     error = fmt::format("top_p {}: expected a value in (0, 1]", r.request.top_p);
   } else if (r.request.first_sample < 0) {
     error = fmt::format("first_sample {}: expected >= 0", r.request.first_sample);
-  } else if (reservation > 0 && cache_.request_pages(reservation) > cache_.pool_pages()) {
-    error = fmt::format("a contiguous reservation of {} tokens (prompt {} + output cap {}, at most {}) needs {} "
+  } else if (reservation > 0 && cache_.request_pages(reservation) * r.request.n > cache_.pool_pages()) {
+    // Each sample reserves its own maximum length (the ci/fuzz.sh scheduler target found a group
+    // whose reservations together exceeded the pool: it waited forever).
+    error = fmt::format("a contiguous reservation of {} tokens (prompt {} + output cap {}, at most {}){} needs {} "
                         "pages, the pool has {}",
                         reservation, prompt, r.request.max_new_tokens, config_.reserve_tokens,
-                        cache_.request_pages(reservation), cache_.pool_pages());
+                        r.request.n > 1 ? fmt::format(" for each of {} samples", r.request.n) : std::string(),
+                        cache_.request_pages(reservation) * r.request.n, cache_.pool_pages());
   }
   if (!error.empty()) {
     fail(r, error);

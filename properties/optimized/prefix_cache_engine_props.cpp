@@ -89,7 +89,8 @@ TEST(PrefixCacheEngineProps, SharingIsInvisible) {
   const ReferenceModel model = tiny_model(c, 17);
   check_property("prefix cache/sharing is invisible", 200, [&] {
     const std::string policy =
-        *rc::gen::element<std::string>("full-fp32", "full-fp16", "int8", "int4", "int4:rotate=hadamard", "quest:pages=2");
+        *rc::gen::element<std::string>("full-fp32", "full-fp16", "int8", "int4", "kv-bits:k=4,v=2", "int4:rotate=hadamard",
+                                       "quest:pages=2");
     // Two or three system prompts; each request one of them (or none) plus its own tail.
     const auto systems = *rc::gen::inRange(1, 4);
     std::vector<std::vector<std::int32_t>> prefixes;
