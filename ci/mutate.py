@@ -255,6 +255,48 @@ def write_json(path, obj):
     os.replace(tmp, path)
 
 
+def merge(paths, eq, out):
+    """One campaign from shard summaries: the outcomes of --only re-runs (summary-only.json,
+    listed after the shards) replace the earlier outcome of the same mutant, so a survivor that a
+    new test kills counts as killed, with its first outcome kept as `first_outcome`."""
+    merged, shards, wall = {}, [], 0.0
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            s = json.load(f)
+        rerun = bool(s.get("only"))
+        if not rerun:
+            shards.append({k: s.get(k) for k in ("seed", "count", "shard", "shards", "tried", "wall_s")})
+        wall += s.get("wall_s") or 0.0
+        for r in s["mutants"]:
+            if rerun and r["id"] not in merged:
+                continue  # a mutant outside these shards
+            if rerun:
+                r = {**r, "first_outcome": merged[r["id"]].get("first_outcome", merged[r["id"]]["outcome"])}
+            merged[r["id"]] = r
+    results = list(merged.values())
+    for r in results:
+        if r["outcome"] in ("survived", "equivalent"):
+            r["outcome"] = "equivalent" if r["id"] in eq else "survived"
+            r.pop("equivalent_because", None)
+            if r["id"] in eq:
+                r["equivalent_because"] = eq[r["id"]]
+    counts = {k: sum(r["outcome"] == k for r in results)
+              for k in ("killed", "survived", "timed_out", "did_not_compile", "equivalent", "stale")}
+    live = counts["killed"] + counts["survived"] + counts["timed_out"]
+    summary = {"format": "kvcheck-mutation-campaign", "version": 1, "summaries": paths, "shards": shards,
+               "tried": len(results), **counts,
+               "killed_after_new_tests": sum(r.get("first_outcome") == "survived" and r["outcome"] == "killed" for r in results),
+               "kill_rate": round((counts["killed"] + counts["timed_out"]) / live, 4) if live else None,
+               "wall_s": round(wall, 1),
+               "survivors": [r for r in results if r["outcome"] == "survived"],
+               "equivalent_mutants": [{"id": r["id"], "file": r["file"], "line": r["line"], "because": r["equivalent_because"]}
+                                      for r in results if r["outcome"] == "equivalent"]}
+    write_json(out, summary)
+    print(f"ci/mutate.sh: {json.dumps({k: summary[k] for k in ('tried', *counts, 'killed_after_new_tests', 'kill_rate', 'wall_s')})}\n"
+          f"campaign: {out}")
+    return 1 if counts["survived"] else 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seed", type=int, default=1)
@@ -277,8 +319,13 @@ def main():
                     help="configure flags of the scratch build (default: the CPU gate, no CUDA)")
     ap.add_argument("--build-targets", default="kvcheck,kvcheck_unit_tests,kvcheck_property_tests",
                     help="comma-separated targets a mutant rebuilds ('' for all)")
+    ap.add_argument("--merge", nargs="+", metavar="SUMMARY",
+                    help="merge shard summaries (then --only re-runs) into OUT/campaign.json; builds nothing")
     a = ap.parse_args()
     root = os.getcwd()
+    if a.merge:
+        return merge(a.merge, equivalents(os.path.join(root, "datasets/mutation/equivalent.txt")),
+                     os.path.join(a.out, "campaign.json"))
     pool = listed_mutants(root, a.mutants) if a.mutants else enumerate_mutants(root)
     if a.only:
         want = set(a.only.split(","))
