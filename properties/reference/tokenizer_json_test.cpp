@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -403,6 +404,20 @@ TEST(TokenizerJson, ConfigErrorsNameTheConfigFile) {
   write_file(dir / "tokenizer_config.json", "{}");
   write_file(dir / "generation_config.json", R"({"eos_token_id": 77})");
   expect_input_error([&] { (void)Tokenizer::load(dir / "tokenizer.json"); }, {"generation_config.json", "eos_token_id", "77"});
+}
+
+// generation_config.json's eos_token_id must be an id of the vocabulary [0, n): the last id is
+// one, n (one past the end) is not.
+TEST(TokenizerJson, GenerationEosIdIsAVocabularyId) {
+  TempDir dir;
+  write_file(dir / "tokenizer.json", valid_tokenizer().dump());
+  const std::int32_t n = Tokenizer::load(dir / "tokenizer.json").vocab_size();
+  ASSERT_GT(n, 0);
+  write_file(dir / "generation_config.json", fmt::format(R"({{"eos_token_id": {}}})", n - 1));
+  EXPECT_EQ(Tokenizer::load(dir / "tokenizer.json").eos_id(), n - 1);
+  write_file(dir / "generation_config.json", fmt::format(R"({{"eos_token_id": [{}, 0]}})", n));
+  expect_input_error([&] { (void)Tokenizer::load(dir / "tokenizer.json"); },
+                     {"generation_config.json", "eos_token_id", std::to_string(n)});
 }
 
 }  // namespace
