@@ -24,6 +24,8 @@
 #   ./ci/mutate.sh --seed 1 --count 150 --list                 # what would be tried, without building
 #   ./ci/mutate.sh --seed 1 --count 150 --shard 2 --shards 4 --resume   # continue that shard
 #   ./ci/mutate.sh --only 3f2a9c1b0d4e --seed 1 --count 150    # reproduce one (summary-only.json)
+#   ./ci/mutate.sh --merge mutate-out/summary-shard*.json mutate-out/rerun/summary-only.json
+#                                  # one campaign.json; a re-run's outcome replaces the first
 #   ./ci/mutate.sh --mutants datasets/mutation/looser_bounds.jsonl --ctest-args "-R Tight|Tolerance|GateEdges"
 #
 # Shards take every K-th mutant of the same sample, so their summaries' "mutants" lists merge
