@@ -9,6 +9,7 @@
 #include "kernels/cpu/bitpack.h"
 #include "kernels/cpu/fp8_e4m3.h"
 #include "kernels/cpu/quantize.h"
+#include "kernels/quant_math.h"
 #include "oracles/quant_bounds.h"
 #include "properties/support/test_support.h"
 #include "reference/tensor.h"
@@ -54,6 +55,23 @@ TEST(Quantize, KnownAnswerTwoBitsPerToken) {
   EXPECT_EQ(o.zeros[0], 0x0000);   // 0.0
   EXPECT_EQ(o.codes[0], 0xE4);     // codes 0, 1, 2, 3
   EXPECT_EQ(o.x_hat, (std::vector<float>{0.0f, 1.0f, 2.0f, 3.0f}));
+}
+
+// A token's scale and zero come from its own row: a next row far outside its range changes
+// nothing, whatever the head size (the vectorised statistics take eight floats at a time, so
+// sizes 8k + 7 end just before a partial lane).
+TEST(Quantize, EachTokensMetadataComesFromItsOwnRow) {
+  for (const std::int64_t d : {16, 23, 31, 39, 47, 61}) {
+    std::vector<float> x(static_cast<std::size_t>(2 * d), 1000.0f);  // row 1: far above row 0
+    // Row 0 in [1, 2] (no zero: a zero extreme is recomputed in order).
+    for (std::int64_t c = 0; c < d; ++c) x[static_cast<std::size_t>(c)] = 1.0f + static_cast<float>(c) / static_cast<float>(d - 1);
+    const Out both = roundtrip(per_token(8), x, 2, d);
+    const Out alone = roundtrip(per_token(8), std::vector<float>(x.begin(), x.begin() + d), 1, d);
+    EXPECT_EQ(both.scales[0], alone.scales[0]) << "head_dim " << d;
+    EXPECT_EQ(both.zeros[0], alone.zeros[0]) << "head_dim " << d;
+    EXPECT_EQ(both.zeros[0], 0x3C00) << "head_dim " << d;                      // row 0's minimum, 1
+    EXPECT_LT(quant::f16_to_float(both.scales[0]), 1.0f / 200) << "head_dim " << d;  // about 1/255
+  }
 }
 
 TEST(Quantize, KnownAnswerPerChannel) {
