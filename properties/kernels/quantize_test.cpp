@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <span>
 #include <vector>
 
 #include "kernels/cpu/bitpack.h"
@@ -71,6 +72,23 @@ TEST(Quantize, EachTokensMetadataComesFromItsOwnRow) {
     EXPECT_EQ(both.zeros[0], alone.zeros[0]) << "head_dim " << d;
     EXPECT_EQ(both.zeros[0], 0x3C00) << "head_dim " << d;                      // row 0's minimum, 1
     EXPECT_LT(quant::f16_to_float(both.scales[0]), 1.0f / 200) << "head_dim " << d;  // about 1/255
+  }
+}
+
+// quantize_block reads only the rows it is given: the row after them in the caller's buffer, here
+// beyond the fp16 range that the residual is checked against, neither counts nor is refused.
+TEST(Quantize, BlockReadsOnlyItsOwnRows) {
+  const std::int64_t d = 8, tokens = 20;  // one group of 16 tokens, 4 in the fp16 residual
+  std::vector<float> buffer(static_cast<std::size_t>((tokens + 1) * d), 1e6f);
+  for (std::int64_t i = 0; i < tokens * d; ++i) buffer[static_cast<std::size_t>(i)] = 0.25f * static_cast<float>(i % 7);
+  const std::span<const float> rows = std::span<const float>(buffer).first(static_cast<std::size_t>(tokens * d));
+  QuantizedBlock b;
+  ASSERT_NO_THROW(b = quantize_block(per_channel(2, 16), rows, tokens, d, {}));
+  EXPECT_EQ(b.tokens, 16);
+  ASSERT_EQ(b.residual_tokens, 4);
+  const std::vector<float> back = dequantize_block(b);
+  for (std::int64_t i = 16 * d; i < tokens * d; ++i) {
+    EXPECT_EQ(back[static_cast<std::size_t>(i)], rows[static_cast<std::size_t>(i)]) << i;  // k/4 is exact in fp16
   }
 }
 
