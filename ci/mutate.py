@@ -12,7 +12,8 @@ caught it), equivalent (listed in datasets/mutation/equivalent.txt with a one-li
 
 Speed, with the verdict unchanged:
   - a targeted first pass: the gate's tests from the test files that include the mutated file's
-    own header (X.cpp -> X.h; an .inc counts as the files that include it), or, when none does,
+    own header (X.cpp -> X.h; an .inc counts as the files that include it), directly or through
+    the test helpers in properties/, or are named for it, or, when none does,
     every test file of the same area (kernels/cpu -> properties/kernels, ...), run with
     --stop-on-failure. A failure there is a kill by a gate test (it runs under the same ctest
     label filter); only a mutant that passes it goes on to the whole gate, so a survivor has
@@ -205,10 +206,15 @@ def test_index(root):
                 rel = os.path.relpath(os.path.join(dirpath, n), root)
                 text = read(root, rel)
                 suites = sorted(set(TEST_DEF.findall(text)))
-                includes = set(INCLUDE.findall(text))
-                for h in list(includes):  # through the test helpers (properties/*.h) too
-                    if h.startswith("properties/") and os.path.exists(os.path.join(root, h)):
-                        includes |= set(INCLUDE.findall(read(root, h)))
+                includes, todo = set(), INCLUDE.findall(text)
+                while todo:  # through the test helpers (properties/**.h and their .cpp) too
+                    h = todo.pop()
+                    if h in includes:
+                        continue
+                    includes.add(h)
+                    for helper in (h, os.path.splitext(h)[0] + ".cpp"):
+                        if h.startswith("properties/") and os.path.exists(os.path.join(root, helper)):
+                            todo += INCLUDE.findall(read(root, helper))
                 if suites:
                     index[rel] = (suites, includes)
     return index
