@@ -11,11 +11,18 @@
 #include <functional>
 #include <random>
 
+#include <nlohmann/json.hpp>
+
+#include "kernels/cpu/kv_bytes.h"
+#include "kernels/quant_math.h"
 #include "optimized/duo_policy.h"
+#include "optimized/engine.h"
 #include "optimized/eviction_policies.h"
 #include "optimized/leankv_policy.h"
 #include "optimized/quest_policy.h"
+#include "oracles/engine_step_oracle.h"
 #include "properties/optimized/policy_step_table.h"
+#include "properties/support/model_fixtures.h"
 
 namespace kvcheck::testing {
 namespace {
@@ -406,6 +413,97 @@ TEST(PolicyStepProps, PlantedBugsAreCaught) {
     }
     EXPECT_FALSE(caught.empty()) << "planted bug not caught: " << bug.what;
     std::printf("planted bug \"%s\": caught: %s\n", bug.what, caught.c_str());
+  }
+}
+
+// A small engine (2 layers, 1 kv head of 8 channels, 256-byte pages: a few tokens each) for one
+// policy; generate() decodes `steps` tokens after a 32-token prompt.
+struct QuestRun {
+  ModelConfig config;
+  ReferenceModel model;
+  std::unique_ptr<Engine> engine;
+  QuestRun(std::uint64_t seed, std::unique_ptr<KvPolicy> policy)
+      : config(tiny_config(TinyShape{.layers = 2, .heads = 2, .kv_heads = 1, .head_dim = 8, .hidden = 16,
+                                     .intermediate = 48, .vocab = 40, .max_positions = 96})),
+        model(tiny_model(config, seed)) {
+    EngineOptions o;
+    o.page_bytes = 256;
+    o.pages = 512;
+    o.threads = 1;
+    engine = make_engine(model, o, std::move(policy));
+  }
+  void generate(std::uint64_t seed, std::int64_t steps) {
+    EngineGenerateOptions go;
+    go.max_new_tokens = steps;
+    go.stop_at_eos = false;
+    (void)engine_generate(*engine, 0, test_tokens(32, config.vocab_size, seed + 1), go);
+  }
+};
+
+// The oracle's counts are the whole story of a run with a planted bug: the summary's
+// "oracle_violations" is the sum of the held, bound and page-selection violations, and it prints
+// a line for at most max_reports of them, whichever kind they are (a page choice the bound
+// rules out; attention off the held tokens' exact value).
+TEST(PolicyStepProps, OracleCountsEveryViolationAndCapsItsLines) {
+  struct Planted {
+    const char* what;
+    const char* counted;  // the summary field the bug shows in
+    std::function<std::unique_ptr<KvPolicy>()> make;
+  };
+  const std::vector<Planted> planted = {
+      {"quest bounding pages by q·max", "selection_violations",
+       [] { return std::make_unique<MaxOnlyQuest>(make_policy("quest:pages=2")); }},
+      {"int4 with unrotated queries", "held_violations",
+       [] { return std::make_unique<UnrotatedQueries>(make_policy("int4:rotate=hadamard-signs,rotate_seed=3")); }},
+  };
+  for (const Planted& bug : planted) {
+    bool seen = false;
+    for (std::uint64_t seed = 1; seed <= 40 && !seen; ++seed) {
+      QuestRun run(seed, bug.make());
+      EngineStepOracle oracle(*run.engine, 2);
+      oracle.begin(bug.what);
+      run.generate(seed, 24);
+      const nlohmann::json s = oracle.summary();
+      if (s.at(bug.counted).get<std::int64_t>() < 3) continue;
+      seen = true;
+      EXPECT_EQ(s.at("oracle_violations").get<std::int64_t>(),
+                s.at("held_violations").get<std::int64_t>() + s.at("bound_violations").get<std::int64_t>() +
+                    s.at("selection_violations").get<std::int64_t>())
+          << bug.what;
+      EXPECT_EQ(s.at("oracle_violations").get<std::int64_t>(), oracle.violations()) << bug.what;
+      EXPECT_EQ(oracle.reports().size(), 2U) << bug.what << ": max_reports is 2";
+    }
+    EXPECT_TRUE(seen) << bug.what << ": no seed gave three " << bug.counted;
+  }
+}
+
+// The page choice is judged against the key ranges the pages store, as the engine read them: a
+// stored range looser than the keys (here the first page's, widened to +-60000 after the first
+// step) still bounds every key, so reading that page is the right choice and no violation. An
+// oracle that recomputed the ranges from the keys would fault the engine for trusting its pages.
+TEST(PolicyStepProps, PageChoiceIsJudgedOnTheStoredKeyRanges) {
+  for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+    QuestRun run(seed, make_policy("quest:pages=2"));
+    Engine& e = *run.engine;
+    std::set<std::pair<std::int32_t, std::int32_t>> widened;
+    EngineStepOracle oracle(e, 20, [&](const EngineStepHead& h) {
+      const DecodeHeadTrace& s = h.step;
+      if (!widened.insert({s.layer, s.kv_head}).second) return;
+      std::vector<PageRead> pages;
+      e.cache->head_pages(s.request, s.layer, s.kv_head, pages);
+      ASSERT_GE(pages.size(), 4U);  // more pages than Quest reads, so the choice matters
+      const PageLayout& layout = e.cache->tiers()[static_cast<std::size_t>(pages[0].tier)].layout;
+      auto* page = const_cast<std::byte*>(pages[0].bytes);  // the pool's own memory: test-only edit
+      const auto d = static_cast<std::size_t>(run.config.head_dim);
+      clear_page_key_range(layout, page);
+      widen_page_key_range(layout, page, std::vector<std::uint16_t>(d, quant::f16_from_float(-60000.0f)));
+      widen_page_key_range(layout, page, std::vector<std::uint16_t>(d, quant::f16_from_float(60000.0f)));
+    });
+    oracle.begin("quest:pages=2, first page's range widened");
+    run.generate(seed, 16);
+    EXPECT_EQ(widened.size(), 2U);
+    EXPECT_EQ(oracle.violations(), 0) << "seed " << seed << ": "
+                                      << (oracle.reports().empty() ? "" : oracle.reports().front());
   }
 }
 

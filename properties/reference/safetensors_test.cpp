@@ -337,6 +337,19 @@ TEST(SafetensorsErrors, HeaderLengthOver100MB) {
   expect_input_error([&] { SafetensorsFile::open(path); }, {path.string(), "header length", "200000000"});
 }
 
+// The limit is the safetensors library's: a header of exactly 100 MB is allowed (this file is
+// then refused for being shorter than it), one byte more is not.
+TEST(SafetensorsErrors, HeaderLengthLimitIsInclusive) {
+  const TempDir dir;
+  const auto path = dir / "limit.safetensors";
+  write_file(path, le64(100'000'000) + "{}");
+  expect_input_error([&] { SafetensorsFile::open(path); },
+                     {path.string(), "header length", "header length 100000000 exceeds file size 10"});
+  write_file(path, le64(100'000'001) + "{}");
+  expect_input_error([&] { SafetensorsFile::open(path); },
+                     {path.string(), "header length", "100000001 exceeds the limit of 100000000 bytes"});
+}
+
 TEST(SafetensorsErrors, InvalidJson) {
   expect_bad_file(R"({"w": {"dtype": )", "", {"header", "invalid JSON", "parse error"});
 }
