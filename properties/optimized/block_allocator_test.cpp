@@ -129,6 +129,25 @@ TEST(PrefixCache, AWrittenCachedBlockLeavesWithItsDescendants) {
   EXPECT_EQ(a.live_tokens(0), 3);
 }
 
+// An admission that fails counts as available only the blocks it could still take: the free
+// ones and the idle cached ones other than the prompt's own hits (which it reuses, not spends).
+TEST(BlockAllocator, ExhaustionReportsWhatIsLeftBesideThePromptsHits) {
+  BlockAllocator a(config(4, 2));
+  a.admit(0, Tokens{1, 2, 3, 4});  // blocks 0 and 1, full and cached
+  a.free_sequence(0);              // both idle: still cached, refcount 0
+  ASSERT_EQ(a.available(), 4);
+  try {
+    a.admit(1, Tokens{1, 2, 3, 4, 5, 6, 7, 8, 9, 10});  // hits blocks 0 and 1, needs 3 more
+    FAIL() << "expected PoolExhausted";
+  } catch (const PoolExhausted& e) {
+    EXPECT_GE(e.needed(), 3);
+    EXPECT_EQ(e.available(), 2);  // 2 free + 2 idle - the 2 idle hits
+  }
+  EXPECT_FALSE(a.has_sequence(1));
+  EXPECT_EQ(a.available(), 4);
+  EXPECT_EQ(a.cached_prefix_blocks(Tokens{1, 2, 3, 4}), 2);
+}
+
 TEST(BlockAllocator, ExhaustionChangesNothing) {
   BlockAllocator a(config(2, 2));
   a.admit(0, Tokens{1, 2, 3});

@@ -17,6 +17,7 @@
 #include "properties/support/test_support.h"
 #include "reference/errors.h"
 #include "reference/tokenizer.h"
+#include "reference/tokenizer_json_text.h"
 
 namespace kvcheck {
 namespace {
@@ -174,6 +175,19 @@ TEST(TokenizerJson, InvalidUtf8IsReplacedLikePythonErrorsReplace) {
     for (const auto id : ids) ASSERT_TRUE(id >= 0 && id < tok.vocab_size()) << "seed 2601, input " << i;
     EXPECT_NO_THROW(tok.decode(ids));
   }
+}
+
+// The four-byte edges (Unicode table 3-7): F0 needs a second byte from 90, F4 one up to 8F (U+10FFFF
+// is the last code point), F1-F3 any continuation. Past an edge the lead byte alone is the maximal
+// subpart: one U+FFFD, then one per stray continuation byte.
+TEST(TokenizerJson, Utf8RepairKeepsTheFourByteEdges) {
+  const std::string fffd = "\xEF\xBF\xBD";
+  for (const std::string ok : {"\xF0\x90\x80\x80", "\xF3\xBF\xBF\xBF", "\xF4\x80\x80\x80", "\xF4\x8F\xBF\xBF"}) {
+    EXPECT_EQ(tokjson::utf8_repair(ok), ok);
+  }
+  EXPECT_EQ(tokjson::utf8_repair("\xF4\x90\x80\x80"), fffd + fffd + fffd + fffd);
+  EXPECT_EQ(tokjson::utf8_repair("\xF0\x8F\xBF\xBF"), fffd + fffd + fffd + fffd);
+  EXPECT_EQ(tokjson::utf8_repair("\xF4\x8F\xBF"), fffd);  // truncated: one maximal subpart
 }
 
 TEST(TokenizerJson, Qwen3HasNoBosAndEndsTurnsWithImEnd) {
