@@ -7,6 +7,7 @@
 #include <limits>
 #include <random>
 #include <utility>
+#include <stdexcept>
 #include <vector>
 
 #include "kernels/cpu/page_codes.h"
@@ -138,6 +139,20 @@ TEST(PagePool, KeyRangeTierStoresTheRunningMinAndMaxOfItsKeys) {
   EXPECT_EQ(range(0).first, std::vector<float>(64, std::numeric_limits<float>::infinity()));
   // Only fp16 keys carry a range.
   EXPECT_THROW(page_layout(KvTier{int_format(per_token(4)), fp16_format(), true}, 64, c.page_bytes), InputError);
+}
+
+// A slot outside [0, tokens_per_page) is refused by the slot writes and code reads, never
+// written or read past the page. (payload() and live() do not check their slot.)
+TEST(PagePool, SlotsOutsideThePageAreOutOfRange) {
+  PagePool pool(small_pool());
+  pool.format(0, PageOwner{HeadKey{0, 0, 0}, 0});
+  const std::int64_t tokens = pool.tokens_per_page(0);
+  for (const std::int64_t slot : {std::int64_t{-1}, tokens, tokens + 5}) {
+    EXPECT_THROW(pool.put(0, slot, TokenPayload{1, 0.5f}), std::out_of_range) << slot;
+    EXPECT_THROW((void)pool.load_codes(0, slot), std::out_of_range) << slot;
+    EXPECT_THROW(pool.store_codes(0, slot, pool.empty_codes(0)), std::out_of_range) << slot;
+  }
+  EXPECT_NO_THROW(pool.put(0, tokens - 1, TokenPayload{1, 0.5f}));
 }
 
 TEST(PagePool, WrongRowSizeIsALogicError) {
