@@ -153,6 +153,8 @@ TEST(HadamardRotateProps, OtherShapesAreRefused) {
   EXPECT_THROW(hadamard_rotate(x, 12, {}), std::invalid_argument);
   EXPECT_THROW(hadamard_rotate(x, 16, {}), std::invalid_argument);  // 24 is not whole rows of 16
   EXPECT_THROW(hadamard_matrix_ref(12, {}), std::invalid_argument);
+  EXPECT_THROW(hadamard_matrix_ref(0, {}), std::invalid_argument);  // no rows of nothing
+  EXPECT_THROW(hadamard_rotate_ref(x, 0, {}, false), std::invalid_argument);
 }
 
 }  // namespace
