@@ -320,6 +320,8 @@ def main():
     ap.add_argument("--out", default="mutate-out")
     ap.add_argument("--jobs", type=int, default=os.cpu_count())
     ap.add_argument("--timeout", type=int, default=1800, help="seconds for one mutant's test run")
+    ap.add_argument("--test-timeout", type=int, default=120,
+                    help="seconds for one test (the gate's longest takes ~10 s; a mutant that hangs one is timed out)")
     ap.add_argument("--ctest-args", default="-LE gpu|slow", help="which tests form the gate (ctest arguments)")
     ap.add_argument("--cmake-args", default="-DKVCHECK_CUDA=OFF",
                     help="configure flags of the scratch build (default: the CPU gate, no CUDA)")
@@ -379,7 +381,7 @@ def main():
         rc, out = run(cmd, src)
         if rc != 0:
             sys.exit(f"ci/mutate.sh: the unmutated scratch tree does not build:\n{out[-4000:]}")
-    ctest = ["ctest", "--test-dir", build, "--stop-on-failure", "--timeout", "600", "-j", str(a.jobs)] + a.ctest_args.split()
+    ctest = ["ctest", "--test-dir", build, "--stop-on-failure", "--timeout", str(a.test_timeout), "-j", str(a.jobs)] + a.ctest_args.split()
     print(f"ci/mutate.sh: scratch tree built in {time.time() - t0:.0f} s; {len(chosen)} mutants"
           f"{' (targeted first pass on)' if targeted else ''}", flush=True)
 
@@ -387,11 +389,13 @@ def main():
     name = os.path.join(a.out, "summary-only.json" if a.only else f"summary-shard{a.shard}.json")
     campaign = {"format": "kvcheck-mutation-summary", "version": 2, "seed": a.seed, "count": a.count,
                 "shard": a.shard, "shards": a.shards, "mutants_file": a.mutants, "only": a.only,
-                "ctest": " ".join(ctest[:1] + ctest[3:])}  # without the machine's build path
+                "gate": a.ctest_args}
+    ctest_line = " ".join(ctest[:1] + ctest[3:])  # without the machine's build path
     results, wall_before = [], 0.0
     if a.resume and not a.only and os.path.exists(name):
         with open(name, encoding="utf-8") as f:
             old = json.load(f)
+        old.setdefault("gate", re.sub(r"^.* -j \d+ ", "", old.get("ctest", "")))  # summaries before "gate"
         if any(old.get(k) != v for k, v in campaign.items() if k != "version"):
             sys.exit(f"ci/mutate.sh: {name} is another campaign's summary (seed, count, shard, mutants or gate differ)")
         want = {m["id"] for m in chosen}
@@ -410,7 +414,7 @@ def main():
         counts = {k: sum(r["outcome"] == k for r in results)
                   for k in ("killed", "survived", "timed_out", "did_not_compile", "equivalent", "stale")}
         live = counts["killed"] + counts["survived"] + counts["timed_out"]
-        return {**campaign, "selected": len(chosen), "tried": len(results), **counts,
+        return {**campaign, "ctest": ctest_line, "selected": len(chosen), "tried": len(results), **counts,
                 "killed_by_targeted_pass": sum(r.get("killed_by") == "targeted" for r in results),
                 "kill_rate": round((counts["killed"] + counts["timed_out"]) / live, 4) if live else None,
                 "wall_s": round(wall_before + time.time() - t0, 1),
