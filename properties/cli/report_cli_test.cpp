@@ -187,6 +187,16 @@ TEST(ReportCli, AnUnwritableCacheWarnsAndTheReportStillRuns) {
   EXPECT_EQ(json::parse(testing::read_file(dir / "r" / "report.json")).at("reference").at("attention").size(), 8u);
 }
 
+// --device reaches the engines the report runs (report.json records it as their device): an
+// unknown one is refused by name, not replaced by the CPU.
+TEST(ReportCli, UnknownDeviceIsRefusedByName) {
+  testing::TempDir dir;
+  const CliRun r = run_kvcheck("report --quick --quiet --policies full-fp16 --device nosuch --cache " +
+                               shell_quote(dir / "c") + " --out " + shell_quote(dir / "r"));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--device 'nosuch'"), std::string::npos) << r.output;
+}
+
 TEST(ReportCli, AModelWithoutTokenizerSaysItsPromptsAreRandomIds) {
   // A checkpoint with neither tokenizer.json nor tokenizer.model: the report still runs, on seeded random ids, and says so on the console, in report.md and
   // in report.html, instead of calling them held-out text.
