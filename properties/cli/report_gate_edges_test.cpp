@@ -76,6 +76,14 @@ TEST(ReportGateEdges, PerplexityRatioRelativeTolerance) {
   EXPECT_NEAR(r.at(0).allowed, 1.05525, 1e-14);
 }
 
+// The tolerances are inclusive: a value exactly at the allowed one passes (computed the way the
+// gate computes it, so the comparison is of equal doubles).
+TEST(ReportGateEdges, ExactlyAtTheToleranceIsInside) {
+  const BaselineTolerances t;
+  EXPECT_EQ(flagged(row(0.02, 1, {}, 0), row(0.02 * (1.0 + t.kl_rel) + t.kl_abs, 1, {}, 0)), Names{});
+  EXPECT_EQ(flagged(row(0, 1.05, {}, 0), row(0, 1.05 * (1.0 + t.ppl_rel), {}, 0)), Names{});
+}
+
 TEST(ReportGateEdges, RetrievalBinomialTolerance) {
   // p = 0.5 over n = 48 items: 2 sigma = 2 sqrt(0.25 / 48) = 0.14433756729740643 (above 1/48).
   const double w = 2.0 * std::sqrt(0.25 / 48.0);
