@@ -2,7 +2,12 @@
 // MiniKV's appendix I (/work/shared/papers/002_*: full fp16, KIVI-2, Q-Hitter INT4, MiniKV).
 #include <gtest/gtest.h>
 
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
 #include "kernels/cpu/kv_bytes.h"
+#include "kernels/quant_math.h"
 #include "properties/support/test_support.h"
 
 namespace kvcheck {
@@ -61,6 +66,23 @@ TEST(KvBytes, PageLayoutHandComputed) {
   // fp16 K and V, d = 128: 520 bytes per token -> 31 tokens fit, fp16 values are tiled in pairs
   // of tokens -> 30 (positions end at 15608).
   EXPECT_EQ(tokens_per_page({fp16_format(), fp16_format()}, 128, 16384), 30);
+}
+
+// A key-range tier's stored range (Quest) at every head size down to one channel: cleared, it
+// widens to the keys written and reads back as their per-channel min and max (fp16 values).
+TEST(KvBytes, KeyRangeWidensAndReadsBackAtEveryHeadSize) {
+  for (const std::int64_t d : {1, 2, 8}) {
+    const PageLayout layout = page_layout(KvTier{fp16_format(), fp16_format(), true}, d, 1024);
+    std::vector<std::byte> page(1024);
+    clear_page_key_range(layout, page.data());
+    for (const float k : {0.5f, -2.0f, 1.25f}) {
+      widen_page_key_range(layout, page.data(), std::vector<std::uint16_t>(static_cast<std::size_t>(d), quant::f16_from_float(k)));
+    }
+    std::vector<float> lo(static_cast<std::size_t>(d)), hi(lo.size());
+    ASSERT_NO_THROW(read_page_key_range(layout, page.data(), lo, hi)) << "head_dim " << d;
+    EXPECT_EQ(lo, std::vector<float>(lo.size(), -2.0f)) << "head_dim " << d;
+    EXPECT_EQ(hi, std::vector<float>(hi.size(), 1.25f)) << "head_dim " << d;
+  }
 }
 
 TEST(KvBytes, PerChannelPagesHoldWholeGroups) {

@@ -190,6 +190,24 @@ TEST(TokenizerJson, Utf8RepairKeepsTheFourByteEdges) {
   EXPECT_EQ(tokjson::utf8_repair("\xF4\x8F\xBF"), fffd);  // truncated: one maximal subpart
 }
 
+// utf8_encode's bytes at the edges of each length (1 to 4 bytes), and decoding gives the code
+// point back.
+TEST(TokenizerJson, Utf8EncodeKnownAnswersAndRoundTrip) {
+  EXPECT_EQ(tokjson::utf8_encode(U'\u007F'), "\x7F");
+  EXPECT_EQ(tokjson::utf8_encode(U'\u00E9'), "\xC3\xA9");          // é
+  EXPECT_EQ(tokjson::utf8_encode(U'\u0800'), "\xE0\xA0\x80");
+  EXPECT_EQ(tokjson::utf8_encode(U'\u20AC'), "\xE2\x82\xAC");      // €
+  EXPECT_EQ(tokjson::utf8_encode(U'\uFFFD'), "\xEF\xBF\xBD");
+  EXPECT_EQ(tokjson::utf8_encode(U'\U0001F600'), "\xF0\x9F\x98\x80");  // 😀
+  EXPECT_EQ(tokjson::utf8_encode(U'\U0010FFFF'), "\xF4\x8F\xBF\xBF");
+  for (char32_t cp = 1; cp < 0x110000; cp += 97) {
+    if (cp >= 0xD800 && cp < 0xE000) continue;  // surrogates are not scalar values
+    const std::string bytes = tokjson::utf8_encode(cp);
+    ASSERT_EQ(tokjson::utf8_repair(bytes), bytes) << std::hex << static_cast<std::uint32_t>(cp);
+    ASSERT_EQ(tokjson::utf8_decode_at(bytes, 0), cp) << std::hex << static_cast<std::uint32_t>(cp);
+  }
+}
+
 TEST(TokenizerJson, Qwen3HasNoBosAndEndsTurnsWithImEnd) {
   const Tokenizer tok = qwen3();
   EXPECT_EQ(tok.format(), "tokenizer.json");
