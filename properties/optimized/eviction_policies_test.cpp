@@ -62,6 +62,10 @@ TEST(PolicySpec, AdaKvAndDuoParameters) {
             std::string::npos);
   EXPECT_NE(message("adakv:budget=16").find("window must be smaller than budget"), std::string::npos);
   EXPECT_NE(message("adakv:floor=1.5").find("'floor' = 1.5 is outside [0, 1]"), std::string::npos);
+  // ratio 1 (every layer the same budget) is the flattest pyramid allowed; below it the budgets
+  // would grow with depth.
+  EXPECT_EQ(make_policy("adakv:base=pyramidkv,ratio=1")->name(), "adakv:budget=64,base=pyramidkv,floor=0.2,ratio=1,window=32,pool=7");
+  EXPECT_NE(message("adakv:base=pyramidkv,ratio=0.5").find("'ratio' = 0.5 is outside [1, 1000]"), std::string::npos);
   EXPECT_EQ(make_policy("duo")->name(), "duo:retrieval=0.25,sinks=4,recent=60");
   EXPECT_EQ(make_policy("duo:heads=7/1,recent=8")->name(), "duo:sinks=4,recent=8,heads=1/7");
   EXPECT_NE(message("duo:heads=2/2").find("'heads' names a kv head twice"), std::string::npos);
