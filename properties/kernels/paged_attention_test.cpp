@@ -282,6 +282,21 @@ TEST(PagedAttention, WrongSizesNameTheField) {
   const std::vector<TierRead> other{make_tier_read(kFp32Tier, 8, 256)};
   wide.tiers = other;
   expect_input_error([&] { run(wide, out, {}); }, {"decode attention", "tiers[0]", "head_dim 4"});
+
+  // A TierRead whose layout holds no token (built by hand) is refused even when no page uses it.
+  TierRead empty = make_tier_read(kFp32Tier, 4, 256);
+  empty.layout = PageLayout{};
+  const std::vector<TierRead> empty_tiers{empty};
+  const std::vector<std::uint16_t> zeros(4, 0);
+  DecodeHeadInput no_tokens;
+  no_tokens.head_dim = 4;
+  no_tokens.scale = 1.0f;
+  no_tokens.tiers = empty_tiers;
+  no_tokens.residual_tokens = 1;
+  no_tokens.residual_keys = zeros;
+  no_tokens.residual_values = zeros;
+  no_tokens.q = q;
+  expect_input_error([&] { run(no_tokens, out, {}); }, {"decode attention", "tiers[0]"});
 }
 
 TEST(PagedAttention, UnsupportedFormatsAreErrors) {
