@@ -208,6 +208,17 @@ TEST(TokenizerJson, Utf8EncodeKnownAnswersAndRoundTrip) {
   }
 }
 
+// The ByteFallback decoder turns every "<0xXX>" piece into its byte, the ones below 0x10
+// (newline, tab) included.
+TEST(TokenizerJson, ByteFallbackDecodesEveryBytePiece) {
+  json j = piece_tokenizer({"a", "<0x0A>", "<0x09>", "<0x41>", "<0x7e>"});
+  j["decoder"] = {{"type", "ByteFallback"}};
+  TempDir dir;
+  const Tokenizer tok = load_json(dir, j);
+  const std::vector<std::int32_t> ids{0, 1, 2, 3, 4};
+  EXPECT_EQ(tok.decode(ids), "a\n\tA~");
+}
+
 TEST(TokenizerJson, Qwen3HasNoBosAndEndsTurnsWithImEnd) {
   const Tokenizer tok = qwen3();
   EXPECT_EQ(tok.format(), "tokenizer.json");
