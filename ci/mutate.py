@@ -365,7 +365,10 @@ def main():
             dst = os.path.join(src, rel)
             os.makedirs(os.path.dirname(dst), exist_ok=True)
             if not os.path.exists(dst) or open(dst, "rb").read() != open(os.path.join(root, rel), "rb").read():
-                shutil.copy2(os.path.join(root, rel), dst)
+                # A fresh mtime: a file that changed since the scratch build must look newer than its
+                # objects, whatever its mtime in the tree (copy2 kept it, and a reused scratch tree
+                # then linked stale objects).
+                shutil.copy(os.path.join(root, rel), dst)
     build = os.path.join(src, "build")
     cfg = ["cmake", "-S", src, "-B", build, "-DCMAKE_BUILD_TYPE=Release", *a.cmake_args.split()]
     # Ninja rebuilds a one-file change with less overhead; an existing build dir keeps its generator.
