@@ -11,15 +11,23 @@ std::int64_t PrefixPageCache::Hit::tokens() const {
   return static_cast<std::int64_t>(chain.size()) * tokens_per_page;
 }
 
+namespace {
+
+// Each entry holds a page of its own in every head: no more entries than that fills the pool.
+std::int64_t max_entries(const PagedKvCache& cache) {
+  return std::max<std::int64_t>(1, cache.pool_pages() / cache.manager().heads_per_request());
+}
+
+}  // namespace
+
 PrefixPageCache::PrefixPageCache(PagedKvCache& cache, int hash_bits)
     : cache_(cache),
       page_tokens_(cache.manager().pool().tokens_per_page(kHighTier)),
-      // Each entry holds a page of its own in every head: no more entries than that fills the pool.
-      index_(std::max<std::int64_t>(1, cache.pool_pages() / cache.manager().heads_per_request()), hash_bits) {
+      index_(max_entries(cache), hash_bits) {
   if (!cache.policy().prefix_closed()) {
     throw std::invalid_argument(fmt::format("prefix cache: policy {} is not prefix-closed", cache.policy().name()));
   }
-  const std::int64_t n = std::max<std::int64_t>(1, cache.pool_pages() / cache.manager().heads_per_request());
+  const std::int64_t n = max_entries(cache);
   pins_.assign(static_cast<std::size_t>(n), 0);
   for (std::int64_t i = n - 1; i >= 0; --i) free_ids_.push_back(static_cast<BlockId>(i));
 }

@@ -202,12 +202,17 @@ void Scheduler::finish(Running& r, const std::string& reason) {
   release_sequences(r, false);
   std::vector<std::string> reasons;
   for (const Sequence& q : r.seqs) reasons.emplace_back(q.done != nullptr ? std::string(q.done) : reason);
-  r.result.tokens = r.seqs.front().tokens;
-  r.result.stop_reason = reason == "cancelled" ? reason : reasons.front();
+  const std::string stop = reason == "cancelled" ? reason : reasons.front();
+  record(r, stop, std::move(reasons));
+}
+
+void Scheduler::record(Running& r, const std::string& stop_reason, std::vector<std::string> sample_reasons) {
+  r.result.tokens = r.seqs.empty() ? std::vector<std::int32_t>{} : r.seqs.front().tokens;
+  r.result.stop_reason = stop_reason;
   if (r.seqs.size() > 1) {
     r.result.samples.clear();
     for (const Sequence& q : r.seqs) r.result.samples.push_back(q.tokens);
-    r.result.sample_stop_reasons = reasons;
+    r.result.sample_stop_reasons = std::move(sample_reasons);
   }
   r.result.finished_step = step_;
   results_[r.request.id] = r.result;
@@ -221,26 +226,14 @@ void Scheduler::finish_sequence(Running& r, Sequence& q, const char* reason) {
 
 void Scheduler::fail(Running& r, const std::string& error) {
   release_sequences(r, false);
-  for (Sequence& q : r.seqs) q.done = q.done != nullptr ? q.done : "error";
-  r.result.tokens = r.seqs.empty() ? std::vector<std::int32_t>{} : r.seqs.front().tokens;
-  if (r.seqs.size() > 1) {
-    r.result.samples.clear();
-    r.result.sample_stop_reasons.clear();
-    for (const Sequence& q : r.seqs) {
-      r.result.samples.push_back(q.tokens);
-      r.result.sample_stop_reasons.emplace_back("error");
-    }
-  }
-  r.result.stop_reason = "error";
   // Errors from the engine (RequestInputError, InputError) already name the request.
   const std::string name = fmt::format("request {}: ", r.request.id);
   r.result.error = error.starts_with(name) ? error : name + error;
-  r.result.finished_step = step_;
   log(r.result.error);
-  results_[r.request.id] = r.result;
+  record(r, "error", std::vector<std::string>(r.seqs.size(), "error"));
 }
 
-void Scheduler::start(Running& r) {
+void Scheduler::start(Running& r, const PrefixPageCache::Hit& hit) {
   if (r.swapped) {
     const NvtxRange range("swap");
     cache_.swap_in(r.seqs.front().id, *r.swapped);
@@ -259,9 +252,6 @@ void Scheduler::start(Running& r) {
   const std::int64_t lead = seqs.front()->id;
   std::vector<float> logits;
   if (prefix_) {
-    // The cached whole pages of this prompt, leaving at least its last token to compute.
-    ++stats_.prefix_lookups;
-    const PrefixPageCache::Hit hit = prefix_->lookup(prompt, prompt_tokens - 1);
     if (hit.chain.empty()) {
       logits = runner_.prefill(lead, prompt);
     } else {
@@ -334,10 +324,12 @@ void Scheduler::admit() {
     // would be forever: the ci/fuzz.sh scheduler target found a request whose prompt filled the
     // pool exactly, so that its next token never fit, waiting through 78 million steps).
     std::int64_t need = pages_needed(r);
-    // A prefix hit brings its pages along; they stay pinned while room is made, so that the
-    // eviction below does not take them.
+    // A prefix hit (the cached whole pages of the prompt, leaving at least its last token to
+    // compute) brings its pages along; they stay pinned while room is made, so that the
+    // eviction below does not take them, and start() prefills after them.
     PrefixPageCache::Hit hit;
     if (prefix_ && !r.swapped) {
+      ++stats_.prefix_lookups;
       hit = prefix_->lookup(r.request.prompt, static_cast<std::int64_t>(r.request.prompt.size()) - 1);
       prefix_->pin(hit.chain);
       need -= static_cast<std::int64_t>(hit.chain.size()) * cache_.manager().heads_per_request();
@@ -359,7 +351,7 @@ void Scheduler::admit() {
     std::exception_ptr error;
     for (;;) {
       try {
-        start(r);
+        start(r, hit);
       } catch (const PoolExhausted&) {
         if (evict_cached()) continue;  // start changed nothing: try again with the room made
         error = std::current_exception();

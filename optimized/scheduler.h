@@ -199,13 +199,16 @@ class Scheduler {
   // Releases every live sequence's pages (finish, failure, preemption by recompute).
   void release_sequences(Running& r, bool preempted);
   void admit();
-  // Resumes or starts a request: prefill (and replay), or swap-in. PoolExhausted propagates.
-  void start(Running& r);
+  // Resumes or starts a request: prefill (after `hit`, the prefix cache's pages of its prompt,
+  // empty without the cache) and replay, or swap-in. PoolExhausted propagates.
+  void start(Running& r, const PrefixPageCache::Hit& hit);
   void decode();
   void preempt(Running& r);
   // Frees r's pages and marks it to be prefilled again and its generated tokens replayed.
   void preempt_to_recompute(Running& r);
   void finish(Running& r, const std::string& reason);
+  // Writes r's result from its sequences: the request's stop reason and each sample's.
+  void record(Running& r, const std::string& stop_reason, std::vector<std::string> sample_reasons);
   // Sequence q stopped: its pages go; the request finishes with its last sequence.
   void finish_sequence(Running& r, Sequence& q, const char* reason);
   // Unpins r's prefix-cache entries (when its pages go: finish, failure, preemption).
