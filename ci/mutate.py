@@ -179,6 +179,21 @@ def diff_of(m):
     return f"--- a/{m['file']}\n+++ b/{m['file']}\n@@ -{m['line']} +{m['line']} @@\n-{m['original']}\n+{m['mutated']}\n"
 
 
+def tally(results, eq):
+    """Re-reads each survivor's equivalence (datasets/mutation/equivalent.txt) and counts the
+    outcomes; the kill rate is over the mutants that are neither equivalent nor unbuildable."""
+    for r in results:
+        if r["outcome"] in ("survived", "equivalent"):
+            r["outcome"] = "equivalent" if r["id"] in eq else "survived"
+            r.pop("equivalent_because", None)
+            if r["id"] in eq:
+                r["equivalent_because"] = eq[r["id"]]
+    counts = {k: sum(r["outcome"] == k for r in results)
+              for k in ("killed", "survived", "timed_out", "did_not_compile", "equivalent", "stale")}
+    live = counts["killed"] + counts["survived"] + counts["timed_out"]
+    return counts, round((counts["killed"] + counts["timed_out"]) / live, 4) if live else None
+
+
 def failed_tests(out):
     tail = out.split("The following tests FAILED:")
     return [l.strip() for l in tail[1].strip().split("\n") if l.strip()] if len(tail) > 1 else []
@@ -255,6 +270,7 @@ def targeted_regex(root, rel, index):
 
 
 def write_json(path, obj):
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)  # --merge's --out may not exist yet
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(obj, f, indent=1)
@@ -280,19 +296,11 @@ def merge(paths, eq, out):
                 r = {**r, "first_outcome": merged[r["id"]].get("first_outcome", merged[r["id"]]["outcome"])}
             merged[r["id"]] = r
     results = list(merged.values())
-    for r in results:
-        if r["outcome"] in ("survived", "equivalent"):
-            r["outcome"] = "equivalent" if r["id"] in eq else "survived"
-            r.pop("equivalent_because", None)
-            if r["id"] in eq:
-                r["equivalent_because"] = eq[r["id"]]
-    counts = {k: sum(r["outcome"] == k for r in results)
-              for k in ("killed", "survived", "timed_out", "did_not_compile", "equivalent", "stale")}
-    live = counts["killed"] + counts["survived"] + counts["timed_out"]
+    counts, kill_rate = tally(results, eq)
     summary = {"format": "kvcheck-mutation-campaign", "version": 1, "summaries": paths, "shards": shards,
                "tried": len(results), **counts,
                "killed_after_new_tests": sum(r.get("first_outcome") == "survived" and r["outcome"] == "killed" for r in results),
-               "kill_rate": round((counts["killed"] + counts["timed_out"]) / live, 4) if live else None,
+               "kill_rate": kill_rate,
                "wall_s": round(wall, 1),
                "survivors": [r for r in results if r["outcome"] == "survived"],
                "equivalent_mutants": [{"id": r["id"], "file": r["file"], "line": r["line"], "because": r["equivalent_because"]}
@@ -408,18 +416,10 @@ def main():
     done = {r["id"] for r in results}
 
     def summary():
-        for r in results:  # an argument added to equivalent.txt since the run counts at once
-            if r["outcome"] in ("survived", "equivalent"):
-                r["outcome"] = "equivalent" if r["id"] in eq else "survived"
-                r.pop("equivalent_because", None)
-                if r["id"] in eq:
-                    r["equivalent_because"] = eq[r["id"]]
-        counts = {k: sum(r["outcome"] == k for r in results)
-                  for k in ("killed", "survived", "timed_out", "did_not_compile", "equivalent", "stale")}
-        live = counts["killed"] + counts["survived"] + counts["timed_out"]
+        counts, kill_rate = tally(results, eq)  # an argument added to equivalent.txt counts at once
         return {**campaign, "ctest": ctest_line, "selected": len(chosen), "tried": len(results), **counts,
                 "killed_by_targeted_pass": sum(r.get("killed_by") == "targeted" for r in results),
-                "kill_rate": round((counts["killed"] + counts["timed_out"]) / live, 4) if live else None,
+                "kill_rate": kill_rate,
                 "wall_s": round(wall_before + time.time() - t0, 1),
                 "survivors": [r for r in results if r["outcome"] == "survived"], "mutants": results}
 
