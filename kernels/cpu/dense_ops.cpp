@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -26,6 +27,7 @@ namespace kvcheck {
 namespace {
 
 using lanes::Lanes;
+using lanes::Lanes16;
 using lanes::U16Lanes;
 using lanes::U32Lanes;
 
@@ -44,6 +46,16 @@ namespace avx2 {
 #undef KVCHECK_LINEAR_F16C
 }  // namespace avx2
 #include "kernels/cpu/avx2_target_end.inc"
+
+#include "kernels/cpu/avx512_target_begin.inc"
+namespace avx512 {
+#define KVCHECK_LINEAR_F16C 1
+#define KVCHECK_LINEAR_AVX512 1
+#include "kernels/cpu/dense_ops_linear_rows.inc"
+#undef KVCHECK_LINEAR_AVX512
+#undef KVCHECK_LINEAR_F16C
+}  // namespace avx512
+#include "kernels/cpu/avx512_target_end.inc"
 #endif
 
 void check(const LinearRowsArgs& a) {
@@ -59,26 +71,66 @@ void check(const LinearRowsArgs& a) {
 
 }  // namespace
 
-bool linear_isa_available(LinearIsa isa) {
+namespace {
+
+bool probe_isa(LinearIsa isa) {
   if (isa == LinearIsa::kPortable) return true;
 #if defined(KVCHECK_LINEAR_AVX2)
   // F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know "f16c"
-  // (the ci/fuzz.sh build is clang's). AVX2 through the builtin, which also checks that the OS
-  // saves the AVX registers.
+  // (the ci/fuzz.sh build is clang's). AVX2 and AVX-512 through the builtin, which also checks
+  // that the OS saves the AVX (and, for AVX-512, the opmask and upper ZMM) registers.
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
-  return __builtin_cpu_supports("avx2") && f16c;
+  const bool avx2 = __builtin_cpu_supports("avx2") && f16c;
+  if (isa == LinearIsa::kAvx2) return avx2;
+  return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
 #else
   return false;
 #endif
 }
 
+}  // namespace
+
+// Probed once: CPUID traps to the hypervisor in a virtual machine, and the attention kernels ask
+// on every call.
+bool linear_isa_available(LinearIsa isa) {
+  static const bool avx2 = probe_isa(LinearIsa::kAvx2), avx512 = probe_isa(LinearIsa::kAvx512);
+  switch (isa) {
+    case LinearIsa::kAvx2: return avx2;
+    case LinearIsa::kAvx512: return avx512;
+    case LinearIsa::kPortable: break;
+  }
+  return true;
+}
+
+// KVCHECK_ISA=portable|avx2|avx512 caps the choice (to time or test the narrower builds on a wider
+// CPU); the default is the widest this CPU has.
 LinearIsa linear_rows_isa() {
-  static const LinearIsa isa = linear_isa_available(LinearIsa::kAvx2) ? LinearIsa::kAvx2 : LinearIsa::kPortable;
+  static const LinearIsa isa = [] {
+    LinearIsa cap = LinearIsa::kAvx512;
+    if (const char* env = std::getenv("KVCHECK_ISA"); env != nullptr && *env != '\0') {
+      const std::string name = env;
+      if (name == "portable") cap = LinearIsa::kPortable;
+      else if (name == "avx2") cap = LinearIsa::kAvx2;
+      else if (name != "avx512") throw std::invalid_argument("KVCHECK_ISA: '" + name + "' is not portable, avx2 or avx512");
+    }
+    for (const LinearIsa i : {LinearIsa::kAvx512, LinearIsa::kAvx2}) {
+      if (static_cast<int>(i) <= static_cast<int>(cap) && linear_isa_available(i)) return i;
+    }
+    return LinearIsa::kPortable;
+  }();
   return isa;
 }
 
-const char* linear_isa_name(LinearIsa isa) { return isa == LinearIsa::kAvx2 ? "avx2" : "portable"; }
+const char* linear_isa_name(LinearIsa isa) {
+  switch (isa) {
+    case LinearIsa::kAvx2: return "avx2";
+    case LinearIsa::kAvx512: return "avx512";
+    case LinearIsa::kPortable: break;
+  }
+  return "portable";
+}
 
 void linear_rows(const LinearRowsArgs& a, LinearIsa isa) {
   check(a);
@@ -86,6 +138,10 @@ void linear_rows(const LinearRowsArgs& a, LinearIsa isa) {
     throw std::invalid_argument(std::string("linear_rows: ISA ") + linear_isa_name(isa) + " is not available on this CPU");
   }
 #if defined(KVCHECK_LINEAR_AVX2)
+  if (isa == LinearIsa::kAvx512) {
+    avx512::run(a);
+    return;
+  }
   if (isa == LinearIsa::kAvx2) {
     avx2::run(a);
     return;

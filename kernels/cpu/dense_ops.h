@@ -16,10 +16,11 @@
 // element is widened to float inside the inner loop. The widening is exact, so a bf16 or f16 W
 // gives bit for bit what the same W converted to a float32 matrix first would give.
 //
-// On x86-64 the loop is compiled twice, for the baseline ISA and for AVX2 + F16C, and the AVX2
-// build is used when the CPU has both. Both perform the same multiplies and adds lane for lane
-// (AVX2 without FMA; kernels/ builds with -ffp-contract=off) and the same exact widening (F16C's
-// vcvtph2ps in one, a scalar conversion in the other), so the choice never changes a bit.
+// On x86-64 the loop is compiled three times, for the baseline ISA, for AVX2 + F16C and for
+// AVX-512, and the widest build the CPU runs is used. All perform the same multiplies and adds
+// lane for lane (no FMA; kernels/ builds with -ffp-contract=off; the AVX-512 build puts two output
+// rows' eight lanes side by side in one register) and the same exact widening (F16C's vcvtph2ps,
+// or a scalar conversion), so the choice never changes a bit.
 #pragma once
 
 #include <cstdint>
@@ -28,9 +29,11 @@
 
 namespace kvcheck {
 
-enum class LinearIsa { kPortable, kAvx2 };  // kAvx2: AVX2 and F16C
+// kAvx2: AVX2 and F16C; kAvx512: those and AVX-512 F, VL, BW, DQ. Ordered narrowest first.
+enum class LinearIsa { kPortable, kAvx2, kAvx512 };
 
-// The ISA linear_rows uses on this CPU.
+// The ISA linear_rows uses on this CPU: the widest it has, or at most KVCHECK_ISA (portable, avx2,
+// avx512) where that environment variable is set; an unknown name throws std::invalid_argument.
 LinearIsa linear_rows_isa();
 const char* linear_isa_name(LinearIsa isa);
 // Whether `isa` can run on this CPU.

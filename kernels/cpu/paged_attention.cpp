@@ -7,8 +7,8 @@
 //              four heads in registers (each value element decoded once for the whole group)
 //   then normalise: out_g /= Σ w, probs = w / Σ w.
 // Dead slots are skipped by their live bit before any byte of them is read: they hold NaN poison.
-// The walks are compiled twice (baseline x86-64, and AVX2 + F16C chosen at run time) with the same
-// operations lane for lane, and give the bits of the scalar decoders below, which the walks keep
+// The walks are compiled three times (baseline x86-64; AVX2 + F16C and AVX-512 chosen at run time)
+// with the same operations lane for lane, and give the bits of the scalar decoders below, which the walks keep
 // for rows that are not whole lanes (properties/kernels/paged_attention_isa_props.cpp).
 #include "kernels/cpu/paged_attention.h"
 
@@ -322,6 +322,8 @@ struct Scratch {
   std::vector<float> batch_weights;  // [group][kBatch]: their weights
   std::vector<float> qk;             // [group]: one key row's dot with each query head
   std::vector<float> q_sums;         // [group]: Σ_c q_gc, the zero's coefficient in the fused INT dot
+  std::vector<float> q_pairs;        // [group / 2][head_dim / 8][16]: heads 2p, 2p + 1 lane group by lane
+                                     // group, side by side (the AVX-512 key dots; head_dim % 8 == 0)
   std::vector<float> maxima;         // [group]
   std::vector<float> sums;           // [group]: Σ weights
   std::vector<float> meta_scales;    // [head_dim]: the slot's group scales, or a KIVI unit's channel scales
@@ -359,6 +361,14 @@ Scratch& make_scratch(const DecodeHeadInput& in, std::int64_t slots) {
   for (std::size_t k = 0; k < g; ++k) {
     for (std::size_t c = 0; c < d; ++c) s.q_sums[k] += in.q[k * d + c];
   }
+  s.q_pairs.resize(d % 8 == 0 ? g / 2 * 2 * d : 0);
+  for (std::size_t p = 0; d % 8 == 0 && p < g / 2; ++p) {
+    for (std::size_t c = 0; c < d; ++c) {
+      const std::size_t at = p * 2 * d + (c / 8) * 16 + c % 8;
+      s.q_pairs[at] = in.q[2 * p * d + c];
+      s.q_pairs[at + 8] = in.q[(2 * p + 1) * d + c];
+    }
+  }
   return s;
 }
 
@@ -374,10 +384,13 @@ struct RowMeta {
 };
 
 using lanes::I32Lanes;
+using lanes::I32Lanes16;
 using lanes::Lanes;
+using lanes::Lanes16;
 using lanes::Lanes4;
 using lanes::U16Lanes;
 using lanes::U32Lanes;
+using lanes::U32Lanes16;
 using lanes::U8Lanes;
 
 // The walks twice: their templates must be compiled under the target they run on (an
@@ -394,6 +407,16 @@ namespace avx2 {
 #undef KVCHECK_DECODE_AVX2
 }  // namespace avx2
 #include "kernels/cpu/avx2_target_end.inc"
+
+#include "kernels/cpu/avx512_target_begin.inc"
+namespace avx512 {
+#define KVCHECK_DECODE_AVX2 1
+#define KVCHECK_DECODE_AVX512 1
+#include "kernels/cpu/paged_attention_walks.inc"
+#undef KVCHECK_DECODE_AVX512
+#undef KVCHECK_DECODE_AVX2
+}  // namespace avx512
+#include "kernels/cpu/avx512_target_end.inc"
 #endif
 
 }  // namespace
@@ -429,7 +452,8 @@ void paged_decode_attention(const DecodeHeadInput& in, const DecodeHeadOutput& o
   Scratch& s = make_scratch(in, slots);
   std::fill(out.out.begin(), out.out.end(), 0.0f);
 #if defined(KVCHECK_DECODE_HAS_AVX2)
-  if (isa == LinearIsa::kAvx2) avx2::walks(in, s, slots, out.out.data());
+  if (isa == LinearIsa::kAvx512) avx512::walks(in, s, slots, out.out.data());
+  else if (isa == LinearIsa::kAvx2) avx2::walks(in, s, slots, out.out.data());
   else portable::walks(in, s, slots, out.out.data());
 #else
   portable::walks(in, s, slots, out.out.data());

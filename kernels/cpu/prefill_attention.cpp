@@ -244,7 +244,8 @@ namespace avx2 {
 void attend_head(const PrefillAttentionInput& in, const PrefillAttentionOutput& out, std::int64_t h, Scratch& s,
                  LinearIsa isa) {
 #if defined(KVCHECK_PREFILL_HAS_AVX2)
-  if (isa == LinearIsa::kAvx2) return avx2::attend_head(in, out, h, s);
+  // The AVX-512 ISA runs the AVX2 tiles: the prefill tiles have no sixteen-lane build (yet).
+  if (isa == LinearIsa::kAvx2 || isa == LinearIsa::kAvx512) return avx2::attend_head(in, out, h, s);
 #endif
   (void)isa;
   portable::attend_head(in, out, h, s);

@@ -140,6 +140,17 @@ TEST(LinearRowsProps, Avx2BuildIsBitIdenticalToPortable) {
   });
 }
 
+TEST(LinearRowsProps, Avx512BuildIsBitIdenticalToPortable) {
+  if (!linear_isa_available(LinearIsa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX-512 (F, VL, BW, DQ)";
+  // Up to 11 outputs: the sixteen-lane tiles of 8 and 4 outputs, and the eight-lane ones after them.
+  check_property("linear_rows avx512 == portable", 500, [] {
+    const Case c = gen_case();
+    const std::vector<float> avx512 = run(c, LinearIsa::kAvx512);
+    expect_definition(c, avx512);
+    RC_ASSERT(std::memcmp(avx512.data(), run(c, LinearIsa::kPortable).data(), avx512.size() * sizeof(float)) == 0);
+  });
+}
+
 TEST(LinearRowsProps, RowsDoNotDependOnTheirBatch) {
   // The same row, alone and inside a larger batch at another index, gives the same bits.
   check_property("linear_rows batch invariance", 300, [] {
@@ -167,7 +178,7 @@ TEST(LinearRowsProps, TypedWeightsGiveTheFloatPathBitForBit) {
     const auto dtype = *rc::gen::element(WeightDType::kBF16, WeightDType::kF16, WeightDType::kF32);
     const auto offset = *rc::gen::inRange<std::size_t>(0, 4);
     const std::vector<std::byte> bytes = typed_weights(c, dtype, offset);
-    for (const LinearIsa isa : {LinearIsa::kPortable, LinearIsa::kAvx2}) {
+    for (const LinearIsa isa : {LinearIsa::kPortable, LinearIsa::kAvx2, LinearIsa::kAvx512}) {
       if (!linear_isa_available(isa)) continue;
       const std::vector<float> want = run(c, isa);
       const std::vector<float> got = run(c, isa, bytes.data() + offset, dtype);

@@ -12,6 +12,7 @@
 //   w      = exp(logit - max_g), Σ w in walk order
 //   out_g += w * v̂ per element, slots in walk order; then out_g /= Σ w, probs = w / Σ w.
 //   RC_PARAMS="seed=7 max_success=2000" build/properties/kvcheck_property_tests --gtest_filter='PagedAttentionIsa*'
+#include <cstdlib>
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 
@@ -219,6 +220,16 @@ void avx2_is_portable(bool awkward) {
                  });
 }
 
+void avx512_is_portable(bool awkward) {
+  check_property(std::string("paged decode attention/avx512 == portable == scalar restatement") + (awkward ? ", awkward head sizes" : ""),
+                 kCases, [awkward] {
+                   const DecodeCase c = draw_case(awkward);
+                   const Run avx512 = run_kernel(c, LinearIsa::kAvx512);
+                   assert_same_bits(avx512, run_kernel(c, LinearIsa::kPortable), c);
+                   assert_same_bits(avx512, paged_decode_attention_scalar(c.input()), c);
+                 });
+}
+
 TEST(PagedAttentionIsaProps, PortableBuildIsTheScalarArithmeticBitForBit) {
   portable_is_scalar(false);
   portable_is_scalar(true);
@@ -230,8 +241,20 @@ TEST(PagedAttentionIsaProps, Avx2BuildIsBitIdenticalToPortable) {
   avx2_is_portable(true);
 }
 
+// The sixteen-lane key dots (query heads in pairs) and value accumulators (two lane groups of a
+// head side by side): a swapped half or a pair read from the wrong head changes bits here.
+TEST(PagedAttentionIsaProps, Avx512BuildIsBitIdenticalToPortable) {
+  if (!linear_isa_available(LinearIsa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX-512 (F, VL, BW, DQ)";
+  avx512_is_portable(false);
+  avx512_is_portable(true);
+}
+
 TEST(PagedAttentionIsa, DefaultIsTheFastestAvailable) {
-  EXPECT_EQ(paged_decode_isa(), linear_isa_available(LinearIsa::kAvx2) ? LinearIsa::kAvx2 : LinearIsa::kPortable);
+  if (std::getenv("KVCHECK_ISA") != nullptr) GTEST_SKIP() << "KVCHECK_ISA caps the choice in this run";
+  const LinearIsa widest = linear_isa_available(LinearIsa::kAvx512) ? LinearIsa::kAvx512
+                           : linear_isa_available(LinearIsa::kAvx2)  ? LinearIsa::kAvx2
+                                                                     : LinearIsa::kPortable;
+  EXPECT_EQ(paged_decode_isa(), widest);
 }
 
 }  // namespace
