@@ -1,8 +1,11 @@
 #include "bench/bench_baselines.h"
 
+#include "kernels/cpu/dense_ops.h"
+
 #include <Eigen/Core>
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -50,5 +53,25 @@ double eigen_gemm_flops_per_s() {
   }();
   return rate;
 }
+
+double linear_rows_flops_per_s() {
+  static const double rate = [] {
+    constexpr std::int64_t kRows = 64, kN = 1024;
+    std::vector<float> w(static_cast<std::size_t>(kN * kN)), x(static_cast<std::size_t>(kRows * kN)),
+        y(static_cast<std::size_t>(kRows * kN));
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i % 7) * 0.25f - 0.75f;
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 5) * 0.5f - 1.0f;
+    const LinearRowsArgs args = packed_linear_args(w.data(), WeightDType::kF32, kN, kN, nullptr, x.data(), y.data(), kRows);
+    linear_rows(args);  // warm-up
+    const double s = best_seconds(3, [&] {
+      linear_rows(args);
+      asm volatile("" : : "r"(y.data()) : "memory");
+    });
+    return 2.0 * static_cast<double>(kRows * kN * kN) / s;
+  }();
+  return rate;
+}
+
+double compute_flops_per_s() { return std::max(eigen_gemm_flops_per_s(), linear_rows_flops_per_s()); }
 
 }  // namespace kvcheck

@@ -2,12 +2,19 @@
 // that a kernel's ratio compares two numbers from the same run on the same machine state:
 //   copy bandwidth   a STREAM-like copy: memcpy of a 256 MiB buffer (far beyond the last-level
 //                    cache), counted as bytes read plus bytes written, best of 5;
-//   GEMM rate        Eigen's float GEMM, 1024 x 1024 x 1024, single thread, best of 3.
+//   GEMM rate        Eigen's float GEMM, 1024 x 1024 x 1024, single thread, best of 3;
+//   linear_rows rate the decode projection kernel (kernels/cpu/dense_ops.h) at the ISA it runs
+//                    on this CPU: 64 rows times a 1024 x 1024 float matrix, single thread, best
+//                    of 3. Eigen is built for baseline x86-64, so on an AVX-512 CPU linear_rows
+//                    can outrun it; the rooflines take the faster of the two.
 #pragma once
 
 namespace kvcheck {
 
 double copy_bandwidth_bytes_per_s();
 double eigen_gemm_flops_per_s();
+double linear_rows_flops_per_s();
+// max(eigen_gemm_flops_per_s(), linear_rows_flops_per_s()): one thread's compute rate.
+double compute_flops_per_s();
 
 }  // namespace kvcheck

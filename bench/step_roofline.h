@@ -54,8 +54,9 @@ struct Roofline {
 
 Roofline roofline(const DecodeStepWork& work, double copy_bytes_per_s, double gemm_flops_per_s);
 
-// This machine's two rates for a roofline: bench_baselines.h's copy bandwidth, and its GEMM rate
-// times `threads` (each measured once per process).
+// This machine's two rates for a roofline: bench_baselines.h's copy bandwidth, and its compute
+// rate (the faster of Eigen's GEMM and linear_rows) times `threads` (each measured once per
+// process). The JSON keeps the name gemm_flops_per_s.
 struct MachineRates {
   double copy_bytes_per_s = 0.0;
   double gemm_flops_per_s = 0.0;

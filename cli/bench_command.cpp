@@ -134,7 +134,7 @@ void add_bench(CLI::App& app, BenchArgs& args) {
   cmd->add_option("--preemption", args.preemption, "--workload: recompute, swap or auto")->capture_default_str();
   cmd->add_option("--device", args.device, "--workload: cpu or cuda")->capture_default_str();
   cmd->add_flag("--dummy-weights", args.dummy_weights,
-                "--workload: seeded random weights of --shape instead of a checkpoint (vLLM's dummy format)");
+                "--workload, --engine: seeded random weights of --shape instead of a checkpoint (vLLM's dummy format)");
   cmd->add_option("--shape", args.shape, "--dummy-weights: qwen2.5-0.5b, qwen3-0.6b, llama3.2-1b, llama3-8b, qwen2.5-7b, llama2-7b or kvcheck-tiny");
   cmd->add_option("--dummy-layers", args.dummy_layers, "--dummy-weights: keep only N layers (0: all)")
       ->capture_default_str();

@@ -124,8 +124,9 @@ nlohmann::json roofline_json(const DecodeStepWork& w, const Roofline& r, double 
           {"bound", r.bound()}};
 }
 
-// The model to serve: a checkpoint directory (`dir` set to it), or dummy weights of a named shape
-// (`dir` left empty).
+
+}  // namespace
+
 ReferenceModel bench_model(const BenchArgs& args, std::filesystem::path& dir) {
   if (args.dummy_weights) {
     if (!args.model.empty()) throw input_error("kvcheck bench", "--dummy-weights", "give --model or --dummy-weights, not both");
@@ -139,8 +140,6 @@ ReferenceModel bench_model(const BenchArgs& args, std::filesystem::path& dir) {
   dir = args.model.empty() ? datasets_dir() / "models" / "kvcheck-tiny" : std::filesystem::path(args.model);
   return ReferenceModel::load(dir);
 }
-
-}  // namespace
 
 int run_serving_bench(const BenchArgs& args) {
   if (!args.workload.empty() && !args.workload_file.empty()) {
@@ -240,7 +239,7 @@ int run_serving_bench(const BenchArgs& args) {
                  : std::string(", --kv-budget"),
              budget / page_bytes, page_bytes, args.max_batch, args.preemption);
   const MachineRates machine = measure_machine_rates(resolved_threads(args.threads));
-  fmt::print("roofline: copy bandwidth {:.2f} GB/s, GEMM {:.1f} GFLOP/s ({} x one thread's), measured in this run\n\n",
+  fmt::print("roofline: copy bandwidth {:.2f} GB/s, compute {:.1f} GFLOP/s ({} x one thread's faster of Eigen's GEMM and linear_rows), measured in this run\n\n",
              machine.copy_bytes_per_s * 1e-9, machine.gemm_flops_per_s * 1e-9, machine.threads);
 
   std::vector<ServingResult> results;
@@ -285,7 +284,7 @@ int run_serving_bench(const BenchArgs& args) {
              "in use (contiguous: reserved) at the worst step;\nfrag99: p99 over steps of 1 - live / allocated "
              "slots; preempt: by recompute (r) and swap (s); ratios (x) against paged-fp16;\nroof tok/s: the mean "
              "batch over the roofline's step time, max(bytes a step reads (weights + mean stored KV) / copy "
-             "bandwidth,\nFLOPs / GEMM rate); x roof: tok/s over it; tg tok/s: decode tokens over the steps' time "
+             "bandwidth,\nFLOPs / compute rate); x roof: tok/s over it; tg tok/s: decode tokens over the steps' time "
              "outside prefill; tg roof: tg tok/s over the roofline;\nbound: which of the two is larger. ref/fail: "
              "requests refused at submission / failed while running;\n'-': the configuration did not complete every "
              "request, so its rates cover only part of the workload and are not compared.\n");

@@ -10,6 +10,10 @@
 
 #include <CLI/CLI.hpp>
 
+namespace kvcheck {
+class ReferenceModel;
+}  // namespace kvcheck
+
 namespace kvcheck::cli {
 
 std::string version_string();
@@ -205,6 +209,11 @@ void add_bench(CLI::App& app, BenchArgs& args);
 int run_bench(const BenchArgs& args);
 int run_engine_bench(const BenchArgs& args);
 int run_serving_bench(const BenchArgs& args);
+// The model a benchmark runs (cli/bench_serving.cpp): the checkpoint in --model (`dir` set to it;
+// the embedded model by default), or dummy weights of --shape with --dummy-weights (`dir` left
+// empty). Exit-2 errors for --model with --dummy-weights, --dummy-weights without --shape and
+// --shape without --dummy-weights.
+ReferenceModel bench_model(const BenchArgs& args, std::filesystem::path& dir);
 
 
 }  // namespace kvcheck::cli

@@ -105,6 +105,24 @@ TEST(BenchEngineCli, RepeatsSplitsBreaksDownAndPredicts) {
               1e-9 * runs[3].at("roofline").at("kv_bytes").get<double>());
 }
 
+// --dummy-weights --shape run the engine benchmark on a named shape's seeded bf16 weights (it used
+// to ignore both and bench the embedded model); --shape alone is refused.
+TEST(BenchEngineCli, DummyWeightsOfAShape) {
+  testing::TempDir dir;
+  const std::filesystem::path out = dir / "engine.json";
+  const testing::CliRun r = testing::run_kvcheck("bench --engine --dummy-weights --shape kvcheck-tiny --prompt-tokens 8 "
+                                                 "--new-tokens 4 --batch 2 --threads 1 --json " + testing::shell_quote(out));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("dummy weights of kvcheck-tiny"), std::string::npos) << r.output;
+  const json j = json::parse(testing::read_file(out));
+  EXPECT_EQ(j.at("model"), "dummy weights of kvcheck-tiny");
+  // The same weights as the embedded model's, kept in bf16: 2 bytes each.
+  EXPECT_EQ(j.at("runs").at(3).at("roofline").at("weight_bytes").get<double>(), 2.0 * (4.0 * 196608.0 + 262144.0));
+  const testing::CliRun shape_only = testing::run_kvcheck("bench --engine --shape kvcheck-tiny");
+  EXPECT_EQ(shape_only.code, 2) << shape_only.output;
+  EXPECT_NE(shape_only.output.find("--shape: needs --dummy-weights"), std::string::npos) << shape_only.output;
+}
+
 TEST(BenchEngineCli, RepeatMustBePositive) {
   const testing::CliRun r = testing::run_kvcheck("bench --engine --repeat 0");
   EXPECT_NE(r.code, 0) << r.output;
