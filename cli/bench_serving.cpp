@@ -124,7 +124,6 @@ nlohmann::json roofline_json(const DecodeStepWork& w, const Roofline& r, double 
           {"bound", r.bound()}};
 }
 
-
 }  // namespace
 
 ReferenceModel bench_model(const BenchArgs& args, std::filesystem::path& dir) {

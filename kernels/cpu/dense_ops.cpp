@@ -6,7 +6,9 @@
 
 #include <Eigen/Core>
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -73,29 +75,36 @@ void check(const LinearRowsArgs& a) {
 
 namespace {
 
-bool probe_isa(LinearIsa isa) {
-  if (isa == LinearIsa::kPortable) return true;
+// F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know "f16c" (the
+// ci/fuzz.sh build is clang's). AVX2 and AVX-512 through the builtin, which also checks that the
+// OS saves the AVX (and, for AVX-512, the opmask and upper ZMM) registers.
+bool probe_avx2() {
 #if defined(KVCHECK_LINEAR_AVX2)
-  // F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know "f16c"
-  // (the ci/fuzz.sh build is clang's). AVX2 and AVX-512 through the builtin, which also checks
-  // that the OS saves the AVX (and, for AVX-512, the opmask and upper ZMM) registers.
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
-  const bool avx2 = __builtin_cpu_supports("avx2") && f16c;
-  if (isa == LinearIsa::kAvx2) return avx2;
-  return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+  return __builtin_cpu_supports("avx2") && f16c;
+#else
+  return false;
+#endif
+}
+
+bool probe_avx512() {
+#if defined(KVCHECK_LINEAR_AVX2)
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
 #else
   return false;
 #endif
 }
 
+constexpr LinearIsa kIsas[] = {LinearIsa::kPortable, LinearIsa::kAvx2, LinearIsa::kAvx512};  // narrowest first
+
 }  // namespace
 
 // Probed once: CPUID traps to the hypervisor in a virtual machine, and the attention kernels ask
 // on every call.
 bool linear_isa_available(LinearIsa isa) {
-  static const bool avx2 = probe_isa(LinearIsa::kAvx2), avx512 = probe_isa(LinearIsa::kAvx512);
+  static const bool avx2 = probe_avx2(), avx512 = avx2 && probe_avx512();
   switch (isa) {
     case LinearIsa::kAvx2: return avx2;
     case LinearIsa::kAvx512: return avx512;
@@ -110,15 +119,18 @@ LinearIsa linear_rows_isa() {
   static const LinearIsa isa = [] {
     LinearIsa cap = LinearIsa::kAvx512;
     if (const char* env = std::getenv("KVCHECK_ISA"); env != nullptr && *env != '\0') {
-      const std::string name = env;
-      if (name == "portable") cap = LinearIsa::kPortable;
-      else if (name == "avx2") cap = LinearIsa::kAvx2;
-      else if (name != "avx512") throw std::invalid_argument("KVCHECK_ISA: '" + name + "' is not portable, avx2 or avx512");
+      const auto named = std::find_if(std::begin(kIsas), std::end(kIsas),
+                                      [env](LinearIsa i) { return std::string(env) == linear_isa_name(i); });
+      if (named == std::end(kIsas)) {
+        throw std::invalid_argument(std::string("KVCHECK_ISA: '") + env + "' is not portable, avx2 or avx512");
+      }
+      cap = *named;
     }
-    for (const LinearIsa i : {LinearIsa::kAvx512, LinearIsa::kAvx2}) {
-      if (static_cast<int>(i) <= static_cast<int>(cap) && linear_isa_available(i)) return i;
+    LinearIsa widest = LinearIsa::kPortable;
+    for (const LinearIsa i : kIsas) {
+      if (static_cast<int>(i) <= static_cast<int>(cap) && linear_isa_available(i)) widest = i;
     }
-    return LinearIsa::kPortable;
+    return widest;
   }();
   return isa;
 }

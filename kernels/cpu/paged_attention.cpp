@@ -338,7 +338,8 @@ struct Scratch {
 };
 
 
-Scratch& make_scratch(const DecodeHeadInput& in, std::int64_t slots) {
+// q_pairs: fill Scratch::q_pairs (only the AVX-512 walks read it).
+Scratch& make_scratch(const DecodeHeadInput& in, std::int64_t slots, bool q_pairs) {
   thread_local Scratch s;
   const auto g = static_cast<std::size_t>(in.group);
   const auto d = static_cast<std::size_t>(in.head_dim);
@@ -361,8 +362,9 @@ Scratch& make_scratch(const DecodeHeadInput& in, std::int64_t slots) {
   for (std::size_t k = 0; k < g; ++k) {
     for (std::size_t c = 0; c < d; ++c) s.q_sums[k] += in.q[k * d + c];
   }
-  s.q_pairs.resize(d % 8 == 0 ? g / 2 * 2 * d : 0);
-  for (std::size_t p = 0; d % 8 == 0 && p < g / 2; ++p) {
+  const bool pairs = q_pairs && d % 8 == 0;
+  s.q_pairs.resize(pairs ? g / 2 * 2 * d : 0);
+  for (std::size_t p = 0; pairs && p < g / 2; ++p) {
     for (std::size_t c = 0; c < d; ++c) {
       const std::size_t at = p * 2 * d + (c / 8) * 16 + c % 8;
       s.q_pairs[at] = in.q[2 * p * d + c];
@@ -449,7 +451,7 @@ void paged_decode_attention(const DecodeHeadInput& in, const DecodeHeadOutput& o
     throw std::invalid_argument(std::string("paged_decode_attention: ISA ") + linear_isa_name(isa) +
                                 " is not available on this CPU");
   }
-  Scratch& s = make_scratch(in, slots);
+  Scratch& s = make_scratch(in, slots, isa == LinearIsa::kAvx512);
   std::fill(out.out.begin(), out.out.end(), 0.0f);
 #if defined(KVCHECK_DECODE_HAS_AVX2)
   if (isa == LinearIsa::kAvx512) avx512::walks(in, s, slots, out.out.data());

@@ -130,25 +130,25 @@ TEST(LinearRowsProps, EveryElementIsTheRowDotProduct) {
   });
 }
 
+// A wider build (AVX2 + F16C, AVX-512) gives the definition and the portable build's bits. Up to 11
+// outputs: the AVX-512 build's sixteen-lane tiles of 8 and 4 outputs, and the eight-lane ones after.
+void wide_build_is_portable(LinearIsa isa) {
+  check_property(std::string("linear_rows ") + linear_isa_name(isa) + " == portable", 500, [isa] {
+    const Case c = gen_case();
+    const std::vector<float> wide = run(c, isa);
+    expect_definition(c, wide);
+    RC_ASSERT(std::memcmp(wide.data(), run(c, LinearIsa::kPortable).data(), wide.size() * sizeof(float)) == 0);
+  });
+}
+
 TEST(LinearRowsProps, Avx2BuildIsBitIdenticalToPortable) {
   if (!linear_isa_available(LinearIsa::kAvx2)) GTEST_SKIP() << "this CPU has no AVX2";
-  check_property("linear_rows avx2 == portable", 500, [] {
-    const Case c = gen_case();
-    const std::vector<float> avx2 = run(c, LinearIsa::kAvx2);
-    expect_definition(c, avx2);
-    RC_ASSERT(std::memcmp(avx2.data(), run(c, LinearIsa::kPortable).data(), avx2.size() * sizeof(float)) == 0);
-  });
+  wide_build_is_portable(LinearIsa::kAvx2);
 }
 
 TEST(LinearRowsProps, Avx512BuildIsBitIdenticalToPortable) {
   if (!linear_isa_available(LinearIsa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX-512 (F, VL, BW, DQ)";
-  // Up to 11 outputs: the sixteen-lane tiles of 8 and 4 outputs, and the eight-lane ones after them.
-  check_property("linear_rows avx512 == portable", 500, [] {
-    const Case c = gen_case();
-    const std::vector<float> avx512 = run(c, LinearIsa::kAvx512);
-    expect_definition(c, avx512);
-    RC_ASSERT(std::memcmp(avx512.data(), run(c, LinearIsa::kPortable).data(), avx512.size() * sizeof(float)) == 0);
-  });
+  wide_build_is_portable(LinearIsa::kAvx512);
 }
 
 TEST(LinearRowsProps, RowsDoNotDependOnTheirBatch) {

@@ -210,23 +210,15 @@ void portable_is_scalar(bool awkward) {
                  });
 }
 
-void avx2_is_portable(bool awkward) {
-  check_property(std::string("paged decode attention/avx2 == portable == scalar restatement") + (awkward ? ", awkward head sizes" : ""),
-                 kCases, [awkward] {
+// A wider build (AVX2 + F16C, AVX-512) against the portable build and the scalar restatement.
+void wide_build_is_portable(LinearIsa isa, bool awkward) {
+  check_property(std::string("paged decode attention/") + linear_isa_name(isa) + " == portable == scalar restatement" +
+                     (awkward ? ", awkward head sizes" : ""),
+                 kCases, [isa, awkward] {
                    const DecodeCase c = draw_case(awkward);
-                   const Run avx2 = run_kernel(c, LinearIsa::kAvx2);
-                   assert_same_bits(avx2, run_kernel(c, LinearIsa::kPortable), c);
-                   assert_same_bits(avx2, paged_decode_attention_scalar(c.input()), c);
-                 });
-}
-
-void avx512_is_portable(bool awkward) {
-  check_property(std::string("paged decode attention/avx512 == portable == scalar restatement") + (awkward ? ", awkward head sizes" : ""),
-                 kCases, [awkward] {
-                   const DecodeCase c = draw_case(awkward);
-                   const Run avx512 = run_kernel(c, LinearIsa::kAvx512);
-                   assert_same_bits(avx512, run_kernel(c, LinearIsa::kPortable), c);
-                   assert_same_bits(avx512, paged_decode_attention_scalar(c.input()), c);
+                   const Run wide = run_kernel(c, isa);
+                   assert_same_bits(wide, run_kernel(c, LinearIsa::kPortable), c);
+                   assert_same_bits(wide, paged_decode_attention_scalar(c.input()), c);
                  });
 }
 
@@ -237,16 +229,16 @@ TEST(PagedAttentionIsaProps, PortableBuildIsTheScalarArithmeticBitForBit) {
 
 TEST(PagedAttentionIsaProps, Avx2BuildIsBitIdenticalToPortable) {
   if (!linear_isa_available(LinearIsa::kAvx2)) GTEST_SKIP() << "this CPU has no AVX2 + F16C";
-  avx2_is_portable(false);
-  avx2_is_portable(true);
+  wide_build_is_portable(LinearIsa::kAvx2, false);
+  wide_build_is_portable(LinearIsa::kAvx2, true);
 }
 
 // The sixteen-lane key dots (query heads in pairs) and value accumulators (two lane groups of a
 // head side by side): a swapped half or a pair read from the wrong head changes bits here.
 TEST(PagedAttentionIsaProps, Avx512BuildIsBitIdenticalToPortable) {
   if (!linear_isa_available(LinearIsa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX-512 (F, VL, BW, DQ)";
-  avx512_is_portable(false);
-  avx512_is_portable(true);
+  wide_build_is_portable(LinearIsa::kAvx512, false);
+  wide_build_is_portable(LinearIsa::kAvx512, true);
 }
 
 TEST(PagedAttentionIsa, DefaultIsTheFastestAvailable) {
