@@ -96,6 +96,7 @@ struct CudaDecodeBatch {
   std::int64_t split_count = 0;
   std::int64_t one_block_heads = 0;
   int split_group = 16;
+  std::int64_t split_stage_bytes = 0;  // the largest split's staged bytes (split_stage_bytes below)
 };
 
 // The largest head_dim and GQA group the kernel's registers hold; the split path's largest split
@@ -104,9 +105,46 @@ inline constexpr std::int64_t kCudaDecodeMaxHeadDim = 256;
 inline constexpr std::int64_t kCudaDecodeMaxGroup = 16;
 inline constexpr std::int64_t kCudaDecodeMaxSplitSlots = 256;
 inline constexpr std::int64_t kCudaDecodeMaxKeyChunks = 16;
+// The most shared memory one split may stage; a head whose splits would stage more runs on the
+// one-block-per-head kernel.
+inline constexpr std::int64_t kCudaDecodeMaxStageBytes = 96 * 1024;
+
+// What a split block copies into shared memory (cp.async, every byte in flight at once) before it
+// computes: for each page it touches, in walk order, the rows [lo, hi) of the page's slots as
+//   key codes    [chunks][hi - lo][team][16 B]           (each chunk's run is contiguous in the page)
+//   value codes  [unit groups][words][tile_group][4 B]   (the 32-bit words holding slots [lo, hi))
+//   value meta   [hi - lo][fp16 scale, fp16 zero]        (per-token INT values only)
+// each part starting on 16 bytes. Offsets from the page's first staged byte; host and device
+// compute them with this one function.
+template <typename I>
+struct CudaPageStageOf {
+  I values = 0, value_meta = 0, end = 0;
+};
+using CudaPageStage = CudaPageStageOf<std::int64_t>;
+#if defined(__CUDACC__)
+#define KVCHECK_STAGE_FN __host__ __device__ inline
+#else
+#define KVCHECK_STAGE_FN inline
+#endif
+// Per-token INT values (KvDType::kInt = 3, Granularity::kPerToken = 0): their (scale, zero) pairs are staged.
+KVCHECK_STAGE_FN bool stages_value_meta(const CudaFormatDesc& v) { return v.dtype == 3 && v.granularity == 0; }
+// I: std::int64_t on the host, int on the device (a split's offsets are far below 2^31, and 32-bit
+// division is several times cheaper there).
+template <typename I>
+KVCHECK_STAGE_FN CudaPageStageOf<I> page_stage(const CudaTierDesc& t, I lo, I hi) {
+  const auto vec = static_cast<I>(t.value.vec);
+  CudaPageStageOf<I> s;
+  s.values = ((hi - lo) * static_cast<I>(t.key.row_units * t.key.unit_bytes) + 15) / 16 * 16;
+  const I words = (hi + vec - 1) / vec - lo / vec;
+  // row_units / tile_group runs of words * tile_group 4-byte words
+  s.value_meta = (s.values + static_cast<I>(t.value.row_units) * words * 4 + 15) / 16 * 16;
+  s.end = (s.value_meta + (stages_value_meta(t.value) ? (hi - lo) * 4 : 0) + 15) / 16 * 16;
+  return s;
+}
+#undef KVCHECK_STAGE_FN
 
 // The split path's plan for a host batch: every head cut into runs of at most `split_slots` walk
-// indices (0: the head's own size, about 64 KiB of code rows per split, chosen from its tiers
+// indices (0: the head's own size, about 32 KiB of code rows per split, chosen from its tiers
 // alone so that a head splits, and rounds, the same way in any batch), one block each, then one
 // combining block per head. A head with a tier the split kernel does not read (key rows not tiled
 // in 16-byte vectors over teams of 1, 2 or 4 lanes: very small head_dim at 4 or 2 bits) gets no
@@ -116,6 +154,7 @@ inline constexpr std::int64_t kCudaDecodeMaxKeyChunks = 16;
 // splits (then the batch is left as it is).
 struct CudaDecodePlan {
   bool split = false;
+  std::int64_t stage_bytes = 0;  // the largest split's staged bytes
   std::vector<CudaHeadDesc> heads;
   std::vector<CudaSplitDesc> splits;
   std::int64_t partial_elements = 0;

@@ -240,11 +240,15 @@ __global__ void __launch_bounds__(kThreads) PagedDecodeKernel(CudaDecodeBatch b,
 }
 
 // ---- The split path (flash-decoding): one block per split of a head's walk, then one combining
-// block per head. Keys: a team of tile_group lanes per slot, each lane one 16-byte vector per
-// key chunk (the key tiling puts a chunk's vectors of consecutive slots side by side, so a warp
-// reads 32 x 16 contiguous bytes); values: a lane per value unit reads one 32-bit word holding
-// `vec` consecutive slots of its unit (the value tiling's word), lanes over several slot words
-// when a row has fewer units than the block has threads.
+// block per head. A split block first copies the code bytes of its slots into shared memory with
+// cp.async (page_stage's layout, paged_attention_cuda.h): the key runs as one group, the value runs
+// and per-token value metadata as a second, every byte in flight at once, so the values arrive
+// while the logits are computed. Keys: a team of tile_group lanes per slot, each lane one 16-byte
+// vector per key chunk; values: a thread per value unit over the 32-bit words of `vec`
+// consecutive slots, threads over several words when a row has fewer units than the block has
+// threads. The common formats (fp16, E4M3, per-token INT8/4/2) decode through a compiled
+// element loop, the rest through the generic one; both give each element the value raw_element
+// and dequantize_element give it.
 constexpr int kSplitThreads = 128;
 constexpr int kSplitWarps = kSplitThreads / 32;
 constexpr int kMaxSplitSlots = static_cast<int>(kCudaDecodeMaxSplitSlots);
@@ -281,6 +285,33 @@ __device__ __forceinline__ int vector_elements(const CudaFormatDesc& f, int byte
   return bytes / static_cast<int>(f.unit_bytes) * codes_per_unit(f);
 }
 
+// The formats with a compiled element loop; kAnyFormat takes the generic one.
+enum : int { kAnyFormat = 0, kF16Codes, kF8Codes, kI8Codes, kI4Codes, kI2Codes };
+__device__ __forceinline__ int format_class(const CudaFormatDesc& f) {
+  if (f.dtype == kFp16) return kF16Codes;
+  if (f.dtype == kFp8) return kF8Codes;
+  if (f.dtype != kInt || f.granularity != kPerToken) return kAnyFormat;
+  return f.bits == 8 ? kI8Codes : f.bits == 4 ? kI4Codes : f.bits == 2 ? kI2Codes : kAnyFormat;
+}
+template <int C>
+__host__ __device__ constexpr int class_bits() {
+  return C == kF16Codes ? 16 : C == kI4Codes ? 4 : C == kI2Codes ? 2 : 8;
+}
+// An unsigned integer below 2^23 as a float, exactly: OR it into the mantissa of 2^23, subtract 2^23.
+__device__ __forceinline__ float small_uint_to_float(std::uint32_t u) {
+  return __uint_as_float(u | 0x4B000000u) - 8388608.0f;
+}
+// Element e of a 16-byte key vector of class C (e a compile-time constant after unrolling): the
+// value vector_element gives it (codes of class_bits() bits, packed from the low bits up).
+template <int C>
+__device__ __forceinline__ float class_element(const uint4& v, int e) {
+  constexpr int bits = class_bits<C>(), per_word = 32 / bits;
+  const std::uint32_t code = (word_of(v, e / per_word) >> ((e % per_word) * bits)) & ((1u << bits) - 1u);
+  if constexpr (C == kF16Codes) return half_bits_to_float(static_cast<std::uint16_t>(code));
+  else if constexpr (C == kF8Codes) return quant::e4m3_to_float(static_cast<std::uint8_t>(code));
+  else return small_uint_to_float(code);
+}
+
 // The part of a page (of `tokens` slots, first walk index page_walk) inside a split: its slots
 // [lo, hi), and the split's index of the page's slot 0 (so slot s is the split's idx0 + s).
 struct SplitPageRange {
@@ -292,12 +323,220 @@ __device__ __forceinline__ SplitPageRange split_page_range(const CudaSplitDesc& 
           static_cast<int>(min(sp.end, page_walk + tokens) - page_walk), static_cast<int>(page_walk - sp.begin)};
 }
 
-// A split of one head: logits of its live slots into shared memory (and the global scratch when
-// probs are asked for), its maxima and sums, its weighted value sums, into its partial.
-// G: the compiled bound on the group (every register array and unrolled loop over query heads
-// has G entries; a head's arithmetic is the same whatever G, so its bits are too).
+// cp.async: global to shared memory without passing through registers; a commit closes a group,
+// a wait leaves at most N of the thread's groups in flight.
+__device__ __forceinline__ void cp_async16(std::uint8_t* dst, const std::uint8_t* src) {
+  const auto s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async4(std::uint8_t* dst, const std::uint8_t* src) {
+  const auto s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// `bytes` (a multiple of 4) from src to dst, the block's threads side by side: 16 at a time when
+// both ends and the length are 16-aligned, else 4.
+__device__ __forceinline__ void stage_run(std::uint8_t* dst, const std::uint8_t* src, int bytes) {
+  const auto align = static_cast<unsigned>(reinterpret_cast<std::uintptr_t>(src)) |
+                     static_cast<unsigned>(__cvta_generic_to_shared(dst)) | static_cast<unsigned>(bytes);
+  if ((align & 15u) == 0) {
+    for (int i = static_cast<int>(threadIdx.x) * 16; i < bytes; i += kSplitThreads * 16) cp_async16(dst + i, src + i);
+  } else {
+    for (int i = static_cast<int>(threadIdx.x) * 4; i < bytes; i += kSplitThreads * 4) cp_async4(dst + i, src + i);
+  }
+}
+
+// What the split's staging, key and value loops need of a page, its geometry in 32-bit integers
+// computed once (64-bit division is a long subroutine on the device).
+struct StagedPage {
+  const CudaTierDesc* t;
+  const std::uint8_t* bytes;   // the page in global memory (metadata)
+  const std::uint64_t* live;   // its live bits
+  const std::uint8_t* staged;  // its first staged byte
+  int lo, hi, idx0;            // split_page_range
+  int tokens;
+  int team, chunks;            // key rows: lanes per slot, 16-byte vectors per lane
+  int vec, tile_group, units;  // value codes: slots per word, units per run, units per row
+  CudaPageStageOf<int> st;
+};
+
+// Logits of the page's slots [lo, hi) into w[(idx0 + slot) * G + g] (-inf for dead slots), from
+// its staged key codes. C: the key format's class (kAnyFormat: the generic element loop).
+template <int G, int C>
+__device__ __forceinline__ void split_keys_page(const StagedPage& pg, const float* q, const float* q_sums, int d,
+                                                int group, float head_scale, float* w) {
+  const CudaTierDesc& t = *pg.t;
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int team = pg.team, chunks = pg.chunks;
+  const int per_vector = vector_elements(t.key, 16);
+  const int n = pg.hi - pg.lo;
+  const bool fused = t.key.dtype == kInt && t.key.granularity == kPerToken;
+  const float page_scale = t.key.dtype == kFp8 ? *reinterpret_cast<const float*>(pg.bytes + t.key_meta) : 1.0f;
+  for (int base = warp * (32 / team); base < n; base += kSplitWarps * (32 / team)) {  // warp-uniform
+    const int r = base + lane / team, part_lane = lane % team, slot = pg.lo + r;
+    const bool valid = r < n && slot_live(pg.live, slot);
+    float part[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) part[g] = 0.0f;
+    if (valid) {
+      for (int c = 0; c < chunks; ++c) {
+        const uint4 v = *reinterpret_cast<const uint4*>(pg.staged + ((c * n + r) * team + part_lane) * 16);
+        const int ch0 = (c * team + part_lane) * per_vector;
+        if constexpr (C == kAnyFormat) {
+          for (int e = 0; e < per_vector; ++e) {
+            const int ch = ch0 + e;
+            if (ch >= d) break;
+            float x = vector_element(t.key, v, e);
+            if (t.key.dtype == kFp8) x = quant::mul_rn(x, page_scale);
+            else if (t.key.dtype == kInt && !fused) x = dequantize_element(t.key, pg.bytes + t.key_meta, slot, ch, d, x);
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+              if (g < group) part[g] += q[g * d + ch] * x;
+            }
+          }
+        } else {
+          constexpr int kPerVector = 128 / class_bits<C>();
+#pragma unroll
+          for (int e4 = 0; e4 < kPerVector; e4 += 4) {
+            float x[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+              x[k] = class_element<C>(v, e4 + k);
+              if constexpr (C == kF8Codes) x[k] = quant::mul_rn(x[k], page_scale);
+            }
+#pragma unroll
+            for (int g = 0; g < G; ++g) {  // rows past the group are zeros: no predicate
+              const float4 qv = *reinterpret_cast<const float4*>(q + g * d + ch0 + e4);
+              part[g] += qv.x * x[0];
+              part[g] += qv.y * x[1];
+              part[g] += qv.z * x[2];
+              part[g] += qv.w * x[3];
+            }
+          }
+        }
+      }
+    }
+    for (int o = 1; o < team; o *= 2) {
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        if (g < group) part[g] += __shfl_xor_sync(cuda_detail::kFullMask, part[g], o);
+      }
+    }
+    if (r < n && part_lane == 0) {
+      float s = 0.0f, z = 0.0f;
+      if (valid && fused) {
+        const std::uint8_t* m = pg.bytes + t.key_meta + slot * static_cast<int>(kPairBytes);
+        s = load_f16(m);
+        z = load_f16(m + 2);
+      }
+#pragma unroll
+      for (int g = 0; g < G; ++g) {  // past the group: 0 (q and q_sums are zero there)
+        const float raw = fused ? s * part[g] + z * q_sums[g] : part[g];
+        w[(pg.idx0 + slot) * G + g] = valid ? raw * head_scale : -INFINITY;
+      }
+    }
+  }
+}
+
+// The weighted values of the page's live slots in [lo, hi) for value units u0 .. u0 + threads,
+// into this thread's acc[g * kMaxPerUnit + e] (unit u's code e), from the staged value codes.
+// C: the value format's class (kAnyFormat: the generic element loop).
+template <int G, int C>
+__device__ __forceinline__ void split_values_page(const StagedPage& pg, int u0, int d, int group, const float* w,
+                                                  float* acc) {
+  const CudaTierDesc& t = *pg.t;
+  const CudaFormatDesc& f = t.value;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int units = pg.units, per_unit = codes_per_unit(f);
+  const int vec = pg.vec, tg = pg.tile_group;
+  const int active = min(kSplitThreads, units - u0);
+  const int lanes = kSplitThreads / active;
+  const int u = u0 + tid % active, my_lane = tid / active;
+  if (my_lane >= lanes) return;
+  const int w0 = pg.lo / vec, words = (pg.hi + vec - 1) / vec - w0;
+  const std::uint8_t* column = pg.staged + pg.st.values + ((u / tg) * words * tg + u % tg) * 4;  // word i at i * tg * 4
+  const std::uint8_t* meta = pg.bytes + t.value_meta;
+  const float page_scale = f.dtype == kFp8 ? *reinterpret_cast<const float*>(meta) : 1.0f;
+  constexpr int kVec = C == kAnyFormat ? 4 : C == kF16Codes ? 2 : 4;  // slots per word (bound for kAnyFormat)
+  constexpr int kPerUnit = C == kAnyFormat ? kMaxPerUnit : C == kI4Codes ? 2 : C == kI2Codes ? 4 : 1;
+  for (int i = my_lane; i < words; i += lanes) {
+    const std::uint32_t bits = *reinterpret_cast<const std::uint32_t*>(column + i * tg * 4);
+    const int slot0 = (w0 + i) * vec;  // vec divides 64: the word's slots share one live word
+    // Bit k: slot slot0 + k is live and inside [lo, hi).
+    std::uint32_t use = static_cast<std::uint32_t>(pg.live[slot0 >> 6] >> (slot0 & 63)) & ((1u << vec) - 1u);
+    if (slot0 < pg.lo) use &= ~0u << (pg.lo - slot0);
+    if (slot0 + vec > pg.hi) use &= (1u << (pg.hi - slot0)) - 1u;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const int slot = slot0 + k;
+      if (((use >> k) & 1u) == 0) continue;  // dead or outside the split: poison, never used
+      float wv[G];
+#pragma unroll
+      for (int g = 0; g < G; ++g) wv[g] = w[(pg.idx0 + slot) * G + g];
+      if constexpr (C == kAnyFormat) {
+        // Slot k's unit: bytes [k * unit_bytes, (k + 1) * unit_bytes) of the word.
+        uint4 unit_word;
+        unit_word.x = static_cast<int>(f.unit_bytes) == 4 ? bits : bits >> (8 * k * static_cast<int>(f.unit_bytes));
+        unit_word.y = unit_word.z = unit_word.w = 0;
+#pragma unroll
+        for (int e = 0; e < kMaxPerUnit; ++e) {
+          if (e >= per_unit || u * per_unit + e >= d) continue;
+          float x = vector_element(f, unit_word, e);
+          x = dequantize_element(f, meta, slot, u * per_unit + e, d, x);
+#pragma unroll
+          for (int g = 0; g < G; ++g) {
+            if (g < group) acc[g * kMaxPerUnit + e] += wv[g] * x;
+          }
+        }
+      } else {
+        float s = 0.0f, z = 0.0f;
+        if constexpr (C >= kI8Codes) {
+          const std::uint8_t* m = pg.staged + pg.st.value_meta + (slot - pg.lo) * static_cast<int>(kPairBytes);
+          s = half_bits_to_float(*reinterpret_cast<const std::uint16_t*>(m));
+          z = half_bits_to_float(*reinterpret_cast<const std::uint16_t*>(m + 2));
+        }
+#pragma unroll
+        for (int e = 0; e < kPerUnit; ++e) {
+          if (kPerUnit > 1 && u * kPerUnit + e >= d) continue;
+          float x;
+          if constexpr (C == kF16Codes) {
+            x = half_bits_to_float(static_cast<std::uint16_t>(bits >> (16 * k)));
+          } else {
+            constexpr int b = class_bits<C>();
+            const std::uint32_t code = (bits >> (8 * k + b * e)) & ((1u << b) - 1u);
+            if constexpr (C == kF8Codes) {
+              x = quant::mul_rn(quant::e4m3_to_float(static_cast<std::uint8_t>(code)), page_scale);
+            } else {
+              x = quant::dequantize_value(code, s, z);
+            }
+          }
+#pragma unroll
+          for (int g = 0; g < G; ++g) acc[g * kMaxPerUnit + e] += wv[g] * x;  // past the group: w is 0
+        }
+      }
+    }
+  }
+}
+
+// Whether a page's key rows take the compiled element loop: whole 16-byte vectors of codes, all
+// of them channels, float4-aligned query rows.
+__device__ __forceinline__ int key_class(const CudaTierDesc& t, int d) {
+  const int c = format_class(t.key);
+  return c != kAnyFormat && t.key.row_units * codes_per_unit(t.key) == d && d % 4 == 0 ? c : kAnyFormat;
+}
+
+// (Groups up to 4, the common GQA ratios, get registers for five blocks per multiprocessor,
+// 20 warps, without spilling; larger groups keep what their accumulators need.)
+// A split of one head: its slots' code bytes staged, logits of its live slots into shared memory
+// (and the global scratch when probs are asked for), its maxima and sums, its weighted value sums,
+// into its partial. G: the compiled bound on the group (every register array and unrolled loop
+// over query heads has G entries; a head's arithmetic is the same whatever G, so its bits are too).
 template <int G>
-__global__ void __launch_bounds__(kSplitThreads) PagedDecodeSplitKernel(CudaDecodeBatch b, float* scratch,
+__global__ void __launch_bounds__(kSplitThreads, G <= 4 ? 5 : 1) PagedDecodeSplitKernel(CudaDecodeBatch b, float* scratch,
                                                                         float* partials) {
   const CudaSplitDesc sp = b.splits[blockIdx.x];
   const CudaHeadDesc h = b.heads[sp.head];
@@ -305,91 +544,95 @@ __global__ void __launch_bounds__(kSplitThreads) PagedDecodeSplitKernel(CudaDeco
   const CudaPageDesc* pages = b.page_descs + h.first_page;
   const int d = static_cast<int>(h.head_dim), group = static_cast<int>(h.group);
   const int n = static_cast<int>(sp.end - sp.begin);
-  __shared__ float q_or_acc[G * kCudaDecodeMaxHeadDim];  // q, then the value sums
-  __shared__ float w[G * kMaxSplitSlots];                // logits, then weights
+  extern __shared__ __align__(16) std::uint8_t staged[];  // b.split_stage_bytes
+  __shared__ __align__(16) float q_or_acc[G * kCudaDecodeMaxHeadDim];  // q, then the value sums
+  __shared__ __align__(16) float w[kMaxSplitSlots * G];                // [slot][g] logits, then weights
   __shared__ float q_sums[G], maxima[G], sums[G];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
 
-  for (int i = tid; i < group * d; i += kSplitThreads) q_or_acc[i] = b.q[h.q + i];
+  // 0. Stage: every page's key runs (one group), then its value runs and metadata (a second).
+  const auto page_at = [&](std::int64_t p, std::int64_t page_walk, int at) {
+    const CudaPageDesc& page = pages[p];
+    const CudaTierDesc& t = tiers[page.tier];
+    StagedPage pg;
+    pg.t = &t;
+    pg.bytes = b.pages + page.bytes;
+    pg.live = b.live + page.live;
+    pg.staged = staged + at;
+    const SplitPageRange r = split_page_range(sp, page_walk, t.tokens);
+    pg.lo = r.lo;
+    pg.hi = r.hi;
+    pg.idx0 = r.idx0;
+    pg.tokens = static_cast<int>(t.tokens);
+    pg.team = static_cast<int>(t.key.tile_group);
+    pg.chunks = static_cast<int>(t.key.row_units) / (static_cast<int>(t.key.vec) * pg.team);
+    pg.vec = static_cast<int>(t.value.vec);
+    pg.tile_group = static_cast<int>(t.value.tile_group);
+    pg.units = static_cast<int>(t.value.row_units);
+    pg.st = page_stage(t, pg.lo, pg.hi);
+    return pg;
+  };
+  for (int part = 0; part < 2; ++part) {
+    std::int64_t page_walk = sp.page_walk;
+    int at = 0;
+    for (std::int64_t p = sp.page; p < h.pages && page_walk < sp.end; ++p) {
+      const StagedPage pg = page_at(p, page_walk, at);
+      const CudaTierDesc& t = *pg.t;
+      const int rows = pg.hi - pg.lo;
+      if (part == 0) {
+        const int run = rows * pg.team * 16;
+        for (int c = 0; c < pg.chunks; ++c) {
+          stage_run(staged + at + c * run, pg.bytes + t.key_codes + ((c * pg.tokens + pg.lo) * pg.team) * 16, run);
+        }
+      } else {
+        const int vec = pg.vec, tg = pg.tile_group;
+        const int w0 = pg.lo / vec, words = (pg.hi + vec - 1) / vec - w0, words_per_run = pg.tokens / vec;
+        const int run = words * tg * 4;
+        for (int g0 = 0; g0 < pg.units / tg; ++g0) {
+          stage_run(staged + at + pg.st.values + g0 * run,
+                    pg.bytes + t.value_codes + ((g0 * words_per_run + w0) * tg) * 4, run);
+        }
+        if (stages_value_meta(t.value)) {
+          stage_run(staged + at + pg.st.value_meta, pg.bytes + t.value_meta + pg.lo * static_cast<int>(kPairBytes),
+                    rows * static_cast<int>(kPairBytes));
+        }
+      }
+      at += pg.st.end;
+      page_walk += pg.tokens;
+    }
+    cp_async_commit();
+  }
+
+  // Query rows past the group are zeros, so the compiled loops over G rows need no predicate:
+  // their logits are 0 (or -inf for dead slots), their weights 0, their sums never read.
+  for (int i = tid; i < G * d; i += kSplitThreads) q_or_acc[i] = i < group * d ? b.q[h.q + i] : 0.0f;
   __syncthreads();
-  for (int g = warp; g < group; g += kSplitWarps) {  // Σ_c q[g][c], for per-token INT keys
+  for (int g = warp; g < G; g += kSplitWarps) {  // Σ_c q[g][c], for per-token INT keys
     float s = 0.0f;
     for (int c = lane; c < d; c += 32) s += q_or_acc[g * d + c];
     s = warp_sum(s);
     if (lane == 0) q_sums[g] = s;
   }
-  __syncthreads();
+  cp_async_wait<1>();  // this thread's key runs
+  __syncthreads();     // everyone's
 
   // 1. Keys, page by page over the split's walk range.
-  std::int64_t page_walk = sp.page_walk;
-  for (std::int64_t p = sp.page; p < h.pages && page_walk < sp.end; ++p) {
-    const CudaPageDesc& page = pages[p];
-    const CudaTierDesc& t = tiers[page.tier];
-    const std::uint8_t* bytes = b.pages + page.bytes;
-    const std::uint64_t* live = b.live + page.live;
-    const auto [lo, hi, idx0] = split_page_range(sp, page_walk, t.tokens);
-    const int team = static_cast<int>(t.key.tile_group);
-    const int chunks = static_cast<int>(t.key.row_units / (t.key.vec * team));
-    const int per_vector = vector_elements(t.key, 16);
-    const bool fused = t.key.dtype == kInt && t.key.granularity == kPerToken;
-    const float page_scale = t.key.dtype == kFp8 ? *reinterpret_cast<const float*>(bytes + t.key_meta) : 1.0f;
-    for (int base = lo + warp * (32 / team); base < hi; base += kSplitWarps * (32 / team)) {  // warp-uniform
-      const int slot = base + lane / team, part_lane = lane % team;
-      const bool valid = slot < hi && slot_live(live, slot);
-      float part[G];
-#pragma unroll
-      for (int g = 0; g < G; ++g) part[g] = 0.0f;
-      if (valid) {
-        // Four chunks' vectors in flight at a time, then their elements.
-        for (int c0 = 0; c0 < chunks; c0 += 4) {
-          uint4 v[4];
-#pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            if (c0 + k < chunks) {
-              v[k] = *reinterpret_cast<const uint4*>(
-                  bytes + t.key_codes + ((static_cast<std::int64_t>(c0 + k) * t.tokens + slot) * team + part_lane) * 16);
-            }
-          }
-#pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            if (c0 + k >= chunks) continue;
-            const int ch0 = ((c0 + k) * team + part_lane) * per_vector;
-            for (int e = 0; e < per_vector; ++e) {
-              const int ch = ch0 + e;
-              if (ch >= d) break;
-              float x = vector_element(t.key, v[k], e);
-              if (t.key.dtype == kFp8) x = quant::mul_rn(x, page_scale);
-              else if (t.key.dtype == kInt && !fused) x = dequantize_element(t.key, bytes + t.key_meta, slot, ch, d, x);
-#pragma unroll
-              for (int g = 0; g < G; ++g) {
-                if (g < group) part[g] += q_or_acc[g * d + ch] * x;
-              }
-            }
-          }
-        }
+  {
+    std::int64_t page_walk = sp.page_walk;
+    int at = 0;
+    for (std::int64_t p = sp.page; p < h.pages && page_walk < sp.end; ++p) {
+      const StagedPage pg = page_at(p, page_walk, at);
+      switch (key_class(*pg.t, d)) {  // block-uniform
+        case kF16Codes: split_keys_page<G, kF16Codes>(pg, q_or_acc, q_sums, d, group, h.scale, w); break;
+        case kF8Codes: split_keys_page<G, kF8Codes>(pg, q_or_acc, q_sums, d, group, h.scale, w); break;
+        case kI8Codes: split_keys_page<G, kI8Codes>(pg, q_or_acc, q_sums, d, group, h.scale, w); break;
+        case kI4Codes: split_keys_page<G, kI4Codes>(pg, q_or_acc, q_sums, d, group, h.scale, w); break;
+        case kI2Codes: split_keys_page<G, kI2Codes>(pg, q_or_acc, q_sums, d, group, h.scale, w); break;
+        default: split_keys_page<G, kAnyFormat>(pg, q_or_acc, q_sums, d, group, h.scale, w); break;
       }
-      for (int o = 1; o < team; o *= 2) {
-#pragma unroll
-        for (int g = 0; g < G; ++g) {
-          if (g < group) part[g] += __shfl_xor_sync(cuda_detail::kFullMask, part[g], o);
-        }
-      }
-      if (slot < hi && part_lane == 0) {
-        float s = 0.0f, z = 0.0f;
-        if (valid && fused) {
-          const std::uint8_t* m = bytes + t.key_meta + static_cast<std::int64_t>(slot) * kPairBytes;
-          s = load_f16(m);
-          z = load_f16(m + 2);
-        }
-#pragma unroll
-        for (int g = 0; g < G; ++g) {
-          if (g >= group) continue;
-          const float raw = fused ? s * part[g] + z * q_sums[g] : part[g];
-          w[g * kMaxSplitSlots + idx0 + slot] = valid ? raw * h.scale : -INFINITY;
-        }
-      }
+      at += pg.st.end;
+      page_walk += pg.tokens;
     }
-    page_walk += t.tokens;
   }
   // Residual fp16 rows: walk indices page_walk(all pages) + r; a warp per row.
   const std::int64_t residual_walk = h.slots - h.residual_tokens;
@@ -406,27 +649,26 @@ __global__ void __launch_bounds__(kSplitThreads) PagedDecodeSplitKernel(CudaDeco
       }
     }
 #pragma unroll
-    for (int g = 0; g < G; ++g) {
-      if (g >= group) continue;
+    for (int g = 0; g < G; ++g) {  // every row, the zero ones too (their weights must be 0)
       const float qk = warp_sum(part[g]);
-      if (lane == 0) w[g * kMaxSplitSlots + (j - sp.begin)] = qk * h.scale;
+      if (lane == 0) w[(j - sp.begin) * G + g] = qk * h.scale;
     }
   }
   __syncthreads();
 
   // 2. Maxima and weights, a warp per query head; the raw logits go out first when probs are kept.
   for (int g = warp; g < group; g += kSplitWarps) {
-    float* l = w + g * kMaxSplitSlots;
     if (h.probs >= 0) {
-      for (int i = lane; i < n; i += 32) scratch[h.scratch + g * h.slots + sp.begin + i] = l[i];
+      for (int i = lane; i < n; i += 32) scratch[h.scratch + g * h.slots + sp.begin + i] = w[i * G + g];
     }
     float m = -INFINITY;
-    for (int i = lane; i < n; i += 32) m = fmaxf(m, l[i]);
+    for (int i = lane; i < n; i += 32) m = fmaxf(m, w[i * G + g]);
     m = warp_max(m);
     float s = 0.0f;
     for (int i = lane; i < n; i += 32) {
-      l[i] = l[i] == -INFINITY ? 0.0f : expf(l[i] - m);  // dead slots weigh exactly 0
-      s += l[i];
+      float& l = w[i * G + g];
+      l = l == -INFINITY ? 0.0f : expf(l - m);  // dead slots weigh exactly 0
+      s += l;
     }
     s = warp_sum(s);
     if (lane == 0) {
@@ -436,6 +678,7 @@ __global__ void __launch_bounds__(kSplitThreads) PagedDecodeSplitKernel(CudaDeco
   }
   __syncthreads();
   for (int i = tid; i < group * d; i += kSplitThreads) q_or_acc[i] = 0.0f;
+  cp_async_wait<0>();  // the value runs
   __syncthreads();
 
   // 3. Values: page by page; a tier's pages accumulate in registers, flushed into q_or_acc lane
@@ -466,65 +709,39 @@ __global__ void __launch_bounds__(kSplitThreads) PagedDecodeSplitKernel(CudaDeco
 #pragma unroll
     for (int i = 0; i < G * kMaxPerUnit; ++i) acc[i] = 0.0f;
   };
-  page_walk = sp.page_walk;
-  for (std::int64_t p = sp.page; p < h.pages && page_walk < sp.end; ++p) {
-    const CudaPageDesc& page = pages[p];
-    const CudaTierDesc& t = tiers[page.tier];
-    const CudaFormatDesc& f = t.value;
-    const std::uint8_t* codes = b.pages + page.bytes + t.value_codes;
-    const std::uint8_t* meta = b.pages + page.bytes + t.value_meta;
-    const std::uint64_t* live = b.live + page.live;
-    const auto [lo, hi, idx0] = split_page_range(sp, page_walk, t.tokens);
-    const int units = static_cast<int>(f.row_units), per_unit = codes_per_unit(f);
-    const int vec = static_cast<int>(f.vec), tg = static_cast<int>(f.tile_group);
-    const int words_per_unit_block = static_cast<int>(t.tokens / vec);
-    for (int u0 = 0; u0 < units; u0 += kSplitThreads) {
-      if (acc_tier != page.tier || acc_u0 != u0) {  // block-uniform
-        if (acc_tier >= 0) flush(tiers[acc_tier].value, acc_u0);
-        acc_tier = page.tier;
-        acc_u0 = u0;
-      }
-      const int active = min(kSplitThreads, units - u0);
-      const int lanes = kSplitThreads / active;
-      const int u = u0 + tid % active, my_lane = tid / active;
-      if (my_lane >= lanes) continue;
-      for (int word = lo / vec + my_lane; word * vec < hi; word += lanes) {
-        bool any = false;
-        for (int k = 0; k < vec; ++k) {
-          const int slot = word * vec + k;
-          any = any || (slot >= lo && slot < hi && slot_live(live, slot));
+  {
+    std::int64_t page_walk = sp.page_walk;
+    int at = 0;
+    for (std::int64_t p = sp.page; p < h.pages && page_walk < sp.end; ++p) {
+      const StagedPage pg = page_at(p, page_walk, at);
+      const int tier = pages[p].tier;
+      const int units = pg.units;
+      const int cls = format_class(pg.t->value);
+      for (int u0 = 0; u0 < units; u0 += kSplitThreads) {
+        if (acc_tier != tier || acc_u0 != u0) {  // block-uniform
+          if (acc_tier >= 0) flush(tiers[acc_tier].value, acc_u0);
+          acc_tier = tier;
+          acc_u0 = u0;
         }
-        if (!any) continue;
-        const std::uint32_t bits = *reinterpret_cast<const std::uint32_t*>(
-            codes + ((static_cast<std::int64_t>(u / tg) * words_per_unit_block + word) * tg + u % tg) * 4);
-        for (int k = 0; k < vec; ++k) {
-          const int slot = word * vec + k;
-          if (slot < lo || slot >= hi || !slot_live(live, slot)) continue;  // poison: never used
-          // Slot k's unit: bytes [k * unit_bytes, (k + 1) * unit_bytes) of the word.
-          uint4 unit_word;
-          unit_word.x = static_cast<int>(f.unit_bytes) == 4 ? bits : bits >> (8 * k * static_cast<int>(f.unit_bytes));
-          unit_word.y = unit_word.z = unit_word.w = 0;
-#pragma unroll
-          for (int e = 0; e < kMaxPerUnit; ++e) {
-            if (e >= per_unit || u * per_unit + e >= d) continue;
-            float x = vector_element(f, unit_word, e);
-            x = dequantize_element(f, meta, slot, u * per_unit + e, d, x);
-#pragma unroll
-            for (int g = 0; g < G; ++g) {
-              if (g < group) acc[g * kMaxPerUnit + e] += w[g * kMaxSplitSlots + idx0 + slot] * x;
-            }
-          }
+        switch (cls) {  // block-uniform
+          case kF16Codes: split_values_page<G, kF16Codes>(pg, u0, d, group, w, acc); break;
+          case kF8Codes: split_values_page<G, kF8Codes>(pg, u0, d, group, w, acc); break;
+          case kI8Codes: split_values_page<G, kI8Codes>(pg, u0, d, group, w, acc); break;
+          case kI4Codes: split_values_page<G, kI4Codes>(pg, u0, d, group, w, acc); break;
+          case kI2Codes: split_values_page<G, kI2Codes>(pg, u0, d, group, w, acc); break;
+          default: split_values_page<G, kAnyFormat>(pg, u0, d, group, w, acc); break;
         }
       }
+      at += pg.st.end;
+      page_walk += pg.tokens;
     }
-    page_walk += t.tokens;
   }
   if (acc_tier >= 0) flush(tiers[acc_tier].value, acc_u0);
   // Residual fp16 rows: a thread per channel.
   for (int c = tid; c < d; c += kSplitThreads) {
     for (std::int64_t j = max(sp.begin, residual_walk); j < sp.end; ++j) {
       const float x = half_bits_to_float(b.residual_values[h.residual + (j - residual_walk) * d + c]);
-      for (int g = 0; g < group; ++g) q_or_acc[g * d + c] += w[g * kMaxSplitSlots + (j - sp.begin)] * x;
+      for (int g = 0; g < group; ++g) q_or_acc[g * d + c] += w[(j - sp.begin) * G + g] * x;
     }
   }
   __syncthreads();
@@ -575,6 +792,17 @@ __global__ void __launch_bounds__(kSplitThreads) PagedDecodeCombineKernel(CudaDe
   }
 }
 
+// The split kernel for group bound G with `stage` bytes of dynamic shared memory (the limit raised
+// to kCudaDecodeMaxStageBytes once per instantiation).
+template <int G>
+void launch_split(unsigned grid, std::size_t stage, cudaStream_t s, const CudaDecodeBatch& batch, float* scratch,
+                  float* partials) {
+  static const cudaError_t raised = cudaFuncSetAttribute(
+      PagedDecodeSplitKernel<G>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kCudaDecodeMaxStageBytes));
+  check(raised, "cudaFuncSetAttribute(PagedDecodeSplitKernel)");
+  PagedDecodeSplitKernel<G><<<grid, kSplitThreads, stage, s>>>(batch, scratch, partials);
+}
+
 }  // namespace
 
 void paged_decode_attention_cuda_device(const CudaDecodeBatch& batch, float* scratch, void* stream) {
@@ -587,12 +815,18 @@ void paged_decode_attention_cuda_device(const CudaDecodeBatch& batch, float* scr
   if (batch.splits == nullptr || batch.split_count == 0) return;
   float* partials = scratch + batch.scratch_elements;
   const auto grid = static_cast<unsigned>(batch.split_count);
+  if (batch.split_stage_bytes < 0 || batch.split_stage_bytes > kCudaDecodeMaxStageBytes) {
+    throw std::invalid_argument("paged_decode_attention_cuda: split_stage_bytes " +
+                                std::to_string(batch.split_stage_bytes) + " is over " +
+                                std::to_string(kCudaDecodeMaxStageBytes));
+  }
+  const auto stage = static_cast<std::size_t>(batch.split_stage_bytes);
   switch (batch.split_group) {
-    case 1: PagedDecodeSplitKernel<1><<<grid, kSplitThreads, 0, s>>>(batch, scratch, partials); break;
-    case 2: PagedDecodeSplitKernel<2><<<grid, kSplitThreads, 0, s>>>(batch, scratch, partials); break;
-    case 4: PagedDecodeSplitKernel<4><<<grid, kSplitThreads, 0, s>>>(batch, scratch, partials); break;
-    case 8: PagedDecodeSplitKernel<8><<<grid, kSplitThreads, 0, s>>>(batch, scratch, partials); break;
-    case 16: PagedDecodeSplitKernel<16><<<grid, kSplitThreads, 0, s>>>(batch, scratch, partials); break;
+    case 1: launch_split<1>(grid, stage, s, batch, scratch, partials); break;
+    case 2: launch_split<2>(grid, stage, s, batch, scratch, partials); break;
+    case 4: launch_split<4>(grid, stage, s, batch, scratch, partials); break;
+    case 8: launch_split<8>(grid, stage, s, batch, scratch, partials); break;
+    case 16: launch_split<16>(grid, stage, s, batch, scratch, partials); break;
     default: throw std::invalid_argument("paged_decode_attention_cuda: split_group must be 1, 2, 4, 8 or 16");
   }
   check(cudaGetLastError(), "PagedDecodeSplitKernel launch");
@@ -646,6 +880,7 @@ void paged_decode_attention_cuda_host(const CudaDecodeBatch& batch, std::int64_t
   on_device.split_count = static_cast<std::int64_t>(plan.splits.size());
   on_device.one_block_heads = plan.one_block_heads;
   on_device.split_group = plan.split_group;
+  on_device.split_stage_bytes = plan.stage_bytes;
   paged_decode_attention_cuda_device(on_device, scratch.get(), nullptr);
   check(cudaDeviceSynchronize(), "PagedDecodeKernel");
   out.download(batch.out);
@@ -760,6 +995,7 @@ CudaDecodeTiming time_paged_decode_cuda(const CudaDecodeBatch& one_head, std::in
       set.splits = d_splits.get() + (call % sets) * heads * head_splits;
       set.split_count = heads * head_splits;
       set.split_group = plan.split_group;
+      set.split_stage_bytes = plan.stage_bytes;
     }
     paged_decode_attention_cuda_device(set, scratch.get(), nullptr);
   };

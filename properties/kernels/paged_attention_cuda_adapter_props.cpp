@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -119,6 +120,20 @@ TEST(CudaDecodeBatch, GathersEveryHeadWhereItsDescriptorsSay) {
   });
 }
 
+// The bytes a split of walk indices [begin, end) of head h stages in shared memory: page_stage of
+// the slots it covers in each page, found afresh from the walk.
+std::int64_t staged_bytes(const CudaDecodeBatch& b, const CudaHeadDesc& h, std::int64_t begin, std::int64_t end) {
+  std::int64_t bytes = 0, walk = 0;
+  for (std::int64_t p = 0; p < h.pages; ++p) {
+    const CudaTierDesc& t = b.tiers[h.tiers + b.page_descs[h.first_page + p].tier];
+    const std::int64_t lo = std::clamp<std::int64_t>(begin - walk, 0, t.tokens);
+    const std::int64_t hi = std::clamp<std::int64_t>(end - walk, 0, t.tokens);
+    if (lo < hi) bytes += page_stage(t, lo, hi).end;
+    walk += t.tokens;
+  }
+  return bytes;
+}
+
 TEST(CudaDecodeBatch, SplitPlanCoversEveryWalkIndexOnceFromTheRightPage) {
   testing::check_property("CUDA decode batch/split plan", 200, [] {
     const int heads = *rc::gen::inRange(1, 6);
@@ -143,6 +158,18 @@ TEST(CudaDecodeBatch, SplitPlanCoversEveryWalkIndexOnceFromTheRightPage) {
         ++one_block;
         continue;
       }
+      if (h.split_count == 0) {  // readable, but a split of its size would not fit the shared memory
+        if (split_slots > 0) {
+          const std::int64_t per = std::min(split_slots, kCudaDecodeMaxSplitSlots);
+          std::int64_t most = 0;
+          for (std::int64_t begin = 0; begin < h.slots; begin += per) {
+            most = std::max(most, staged_bytes(b, h, begin, std::min(h.slots, begin + per)));
+          }
+          RC_ASSERT(most > kCudaDecodeMaxStageBytes);
+        }
+        ++one_block;
+        continue;
+      }
       RC_ASSERT(h.split_count >= 1 && plan.split_group >= h.group);
       std::int64_t walk = 0;
       for (std::int64_t k = 0; k < h.split_count; ++k) {
@@ -160,6 +187,8 @@ TEST(CudaDecodeBatch, SplitPlanCoversEveryWalkIndexOnceFromTheRightPage) {
           RC_ASSERT(s.begin >= h.slots - h.residual_tokens);
         }
         RC_ASSERT(s.partial == partial);
+        const std::int64_t staged = staged_bytes(b, h, s.begin, s.end);  // what the kernel copies in
+        RC_ASSERT(staged <= plan.stage_bytes && plan.stage_bytes <= kCudaDecodeMaxStageBytes);
         partial += h.group * (2 + h.head_dim);
         walk = s.end;
       }
