@@ -96,7 +96,7 @@ struct CudaDecodeBatch {
   std::int64_t split_count = 0;
   std::int64_t one_block_heads = 0;
   int split_group = 16;
-  std::int64_t split_stage_bytes = 0;  // the largest split's staged bytes (split_stage_bytes below)
+  std::int64_t split_stage_bytes = 0;  // the largest split's staged bytes (page_stage below)
 };
 
 // The largest head_dim and GQA group the kernel's registers hold; the split path's largest split

@@ -2,8 +2,8 @@
 #include "kernels/paged_attention_cuda_adapter.h"
 
 #include <algorithm>
-#include <vector>
 #include <stdexcept>
+#include <vector>
 
 #include <fmt/format.h>
 

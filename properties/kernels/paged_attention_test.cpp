@@ -32,6 +32,21 @@ std::vector<std::uint8_t> meta_pair(float scale, float zero) {
   return meta;
 }
 
+// A head with no pages and one residual token whose key and value are `residual` (head_dim
+// entries): the input around a hand-built TierRead the kernel must refuse.
+DecodeHeadInput residual_only(std::int64_t head_dim, float scale, std::span<const TierRead> tiers,
+                              std::span<const std::uint16_t> residual, std::span<const float> q) {
+  DecodeHeadInput in;
+  in.head_dim = head_dim;
+  in.scale = scale;
+  in.tiers = tiers;
+  in.residual_tokens = 1;
+  in.residual_keys = residual;
+  in.residual_values = residual;
+  in.q = q;
+  return in;
+}
+
 // A one-page pool of one tier, poisoned, and the kernel's view of it.
 struct OnePage {
   std::int64_t head_dim;
@@ -288,14 +303,7 @@ TEST(PagedAttention, WrongSizesNameTheField) {
   empty.layout = PageLayout{};
   const std::vector<TierRead> empty_tiers{empty};
   const std::vector<std::uint16_t> zeros(4, 0);
-  DecodeHeadInput no_tokens;
-  no_tokens.head_dim = 4;
-  no_tokens.scale = 1.0f;
-  no_tokens.tiers = empty_tiers;
-  no_tokens.residual_tokens = 1;
-  no_tokens.residual_keys = zeros;
-  no_tokens.residual_values = zeros;
-  no_tokens.q = q;
+  const DecodeHeadInput no_tokens = residual_only(4, 1.0f, empty_tiers, zeros, q);
   expect_input_error([&] { run(no_tokens, out, {}); }, {"decode attention", "tiers[0]"});
 }
 
@@ -315,14 +323,7 @@ TEST(PagedAttention, UnsupportedFormatsAreErrors) {
   const std::vector<std::uint16_t> residual(16, 0);
   const std::vector<float> q(16, 1.0f);
   std::vector<float> out(16);
-  DecodeHeadInput in;
-  in.head_dim = 16;
-  in.scale = 0.25f;
-  in.tiers = tiers;
-  in.residual_tokens = 1;
-  in.residual_keys = residual;
-  in.residual_values = residual;
-  in.q = q;
+  const DecodeHeadInput in = residual_only(16, 0.25f, tiers, residual, q);
   expect_input_error([&] { paged_decode_attention(in, {out, {}}); }, {"decode attention", "tiers[0]", "value format"});
 }
 
