@@ -6,7 +6,10 @@
 //                                kernel reads (codes and metadata of every live slot);
 //                                vs_copy_bw is that over the STREAM-like copy bandwidth (Google
 //                                Benchmark prints it with a "/s" suffix: it is a rate over a
-//                                constant rate, a plain ratio in the JSON).
+//                                constant rate, a plain ratio in the JSON). One thread; then
+//                                .../threads:N again on every core (N at most 32, none on one
+//                                core), the heads split in N contiguous chunks as the engine
+//                                splits (request, kv head) pairs, against the copy on N threads.
 //   BM_PrefillAttention/<tokens> prefill attention with column sums (8 query heads, 2 kv heads,
 //                                head_dim 128, one thread): prompt tokens/s, FLOP/s (pass one
 //                                2 T² d, pass two T² d per head, causal halves included) and
@@ -32,10 +35,12 @@
 #include <Eigen/Core>
 #include <cmath>
 #include <cstdio>
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -43,6 +48,7 @@
 #include "kernels/cpu/dense_ops.h"
 #include "kernels/cpu/page_encode.h"
 #include "kernels/cpu/paged_attention.h"
+#include "kernels/cpu/parallel_for.h"
 #include "kernels/cpu/prefill_attention.h"
 #include "kernels/device.h"
 #include "kernels/paged_attention_cuda_adapter.h"
@@ -56,6 +62,9 @@ constexpr std::int64_t kGroup = 4;          // Llama-3-8B: 32 query heads over 8
 constexpr std::int64_t kContext = 4096;     // tokens per head
 constexpr std::int64_t kHeads = 32;         // (request, kv head) pairs per call: 4 requests x 8 kv heads
 constexpr std::int64_t kPageBytes = 16 * 1024;
+// The decode rows' second run: every core of the machine (at most kHeads), as the engine splits
+// (request, kv head) pairs over its threads; 1 on a one-core machine (no second run).
+const int kDecodeThreads = static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1U, kHeads));
 
 KvFormat int_fmt(int bits) { return int_format(per_token(bits)); }
 
@@ -169,32 +178,41 @@ std::map<std::string, double>& decode_bytes() {
   return bytes;
 }
 
-void BM_DecodeAttention(benchmark::State& state, const TierMix* mix) {
-  const auto s = make_decode_setup(*mix);
+// Walk heads [begin, end) of the setup.
+void decode_heads(DecodeSetup& s, std::int64_t begin, std::int64_t end) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+  for (std::int64_t h = begin; h < end; ++h) {
+    DecodeHeadInput in;
+    in.head_dim = kHeadDim;
+    in.group = kGroup;
+    in.scale = scale;
+    in.tiers = s.tier_reads;
+    in.pages = s.pages[static_cast<std::size_t>(h)];
+    in.q = std::span<const float>(s.q).subspan(static_cast<std::size_t>(h * kGroup * kHeadDim),
+                                               static_cast<std::size_t>(kGroup * kHeadDim));
+    paged_decode_attention(in, DecodeHeadOutput{std::span<float>(s.out).subspan(
+                                   static_cast<std::size_t>(h * kGroup * kHeadDim),
+                                   static_cast<std::size_t>(kGroup * kHeadDim))});
+  }
+}
+
+// threads 1: the kernel on the calling thread; more: the heads split into that many contiguous
+// chunks, one thread each (as the engine splits (request, kv head) pairs), against the copy on as
+// many threads.
+void BM_DecodeAttention(benchmark::State& state, const TierMix* mix, int threads) {
+  const auto s = make_decode_setup(*mix);
   for (auto _ : state) {
-    for (std::int64_t h = 0; h < kHeads; ++h) {
-      DecodeHeadInput in;
-      in.head_dim = kHeadDim;
-      in.group = kGroup;
-      in.scale = scale;
-      in.tiers = s->tier_reads;
-      in.pages = s->pages[static_cast<std::size_t>(h)];
-      in.q = std::span<const float>(s->q).subspan(static_cast<std::size_t>(h * kGroup * kHeadDim),
-                                                  static_cast<std::size_t>(kGroup * kHeadDim));
-      paged_decode_attention(in, DecodeHeadOutput{std::span<float>(s->out).subspan(
-                                     static_cast<std::size_t>(h * kGroup * kHeadDim),
-                                     static_cast<std::size_t>(kGroup * kHeadDim))});
-    }
+    parallel_for_chunks(kHeads, threads, 1, [&](std::int64_t begin, std::int64_t end) { decode_heads(*s, begin, end); });
     benchmark::DoNotOptimize(s->out.data());
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * s->stored_bytes);
   state.counters["stored_MiB"] = static_cast<double>(s->stored_bytes) / (1 << 20);
   state.counters["bytes_per_token_head"] = static_cast<double>(s->stored_bytes) / static_cast<double>(kContext * kHeads);
-  // vs_copy_bw: bytes/s over the copy bandwidth (a rate counter divided by a constant rate).
-  state.counters["vs_copy_bw"] = benchmark::Counter(static_cast<double>(s->stored_bytes) / copy_bandwidth_bytes_per_s(),
-                                                    benchmark::Counter::kIsIterationInvariantRate);
+  // vs_copy_bw: bytes/s over the copy bandwidth on as many threads (a rate counter divided by a
+  // constant rate).
+  state.counters["vs_copy_bw"] = benchmark::Counter(
+      static_cast<double>(s->stored_bytes) / copy_bandwidth_bytes_per_s(threads), benchmark::Counter::kIsIterationInvariantRate);
   decode_bytes()[mix->name] = static_cast<double>(s->stored_bytes);
 }
 
@@ -318,27 +336,40 @@ class DecodeSummary : public benchmark::ConsoleReporter {
       const std::string name = r.benchmark_name();
       const std::string prefix = "BM_DecodeAttention/";
       if (name.rfind(prefix, 0) != 0) continue;
-      seconds_[name.substr(prefix.size())] = r.real_accumulated_time / static_cast<double>(r.iterations);
+      std::string tiers = name.substr(prefix.size());
+      int threads = 1;
+      if (const auto t = tiers.find("/threads:"); t != std::string::npos) {
+        threads = std::stoi(tiers.substr(t + 9));
+        tiers.resize(t);
+      }
+      // Wall time: with threads, CPU time counts only the calling thread's.
+      seconds_[{threads, tiers}] = r.real_accumulated_time / static_cast<double>(r.iterations);
     }
     ConsoleReporter::ReportRuns(runs);
   }
   void PrintSummary() const {
-    const auto fp16 = seconds_.find("fp16");
-    if (fp16 == seconds_.end()) return;
-    const double fp16_bytes = decode_bytes()["fp16"];
-    std::printf("\nDecode attention, %lld heads x %lld tokens (head_dim %lld, group %lld, %s build); copy bandwidth "
-                "%.2f GB/s, Eigen GEMM %.1f GFLOP/s:\n",
-                static_cast<long long>(kHeads), static_cast<long long>(kContext), static_cast<long long>(kHeadDim),
-                static_cast<long long>(kGroup), linear_isa_name(paged_decode_isa()), copy_bandwidth_bytes_per_s() * 1e-9,
-                eigen_gemm_flops_per_s() * 1e-9);
-    std::printf("  %-20s %10s %10s %10s %12s %12s\n", "tiers", "GB/s", "vs copy", "bytes/fp16", "speedup/fp16",
-                "of byte gain");
-    for (const auto& [name, seconds] : seconds_) {
-      const double bytes = decode_bytes()[name];
-      const double rate = bytes / seconds;
-      const double byte_gain = fp16_bytes / bytes, speedup = fp16->second / seconds;
-      std::printf("  %-20s %10.2f %10.3f %10.3f %12.3f %12.3f\n", name.c_str(), rate * 1e-9,
-                  rate / copy_bandwidth_bytes_per_s(), bytes / fp16_bytes, speedup, speedup / byte_gain);
+    for (const int threads : {1, kDecodeThreads}) {
+      const auto fp16 = seconds_.find({threads, "fp16"});
+      if (fp16 == seconds_.end()) continue;
+      const double fp16_bytes = decode_bytes()["fp16"];
+      const double copy = copy_bandwidth_bytes_per_s(threads);
+      std::printf("\nDecode attention, %lld heads x %lld tokens (head_dim %lld, group %lld, %s build) on %d thread%s; copy "
+                  "bandwidth on as many %.2f GB/s, Eigen GEMM %.1f GFLOP/s:\n",
+                  static_cast<long long>(kHeads), static_cast<long long>(kContext), static_cast<long long>(kHeadDim),
+                  static_cast<long long>(kGroup), linear_isa_name(paged_decode_isa()), threads, threads == 1 ? "" : "s",
+                  copy * 1e-9, eigen_gemm_flops_per_s() * 1e-9);
+      std::printf("  %-20s %10s %10s %10s %12s %12s\n", "tiers", "GB/s", "vs copy", "bytes/fp16", "speedup/fp16",
+                  "of byte gain");
+      for (const auto& [key, seconds] : seconds_) {
+        if (key.first != threads) continue;
+        const std::string& name = key.second;
+        const double bytes = decode_bytes()[name];
+        const double rate = bytes / seconds;
+        const double byte_gain = fp16_bytes / bytes, speedup = fp16->second / seconds;
+        std::printf("  %-20s %10.2f %10.3f %10.3f %12.3f %12.3f\n", name.c_str(), rate * 1e-9, rate / copy,
+                    bytes / fp16_bytes, speedup, speedup / byte_gain);
+      }
+      if (kDecodeThreads == 1) break;
     }
   }
   // The CUDA runs, one block per (context, batch); each ratio against that run's own copy.
@@ -361,13 +392,21 @@ class DecodeSummary : public benchmark::ConsoleReporter {
   }
 
  private:
-  std::map<std::string, double> seconds_;
+  std::map<std::pair<int, std::string>, double> seconds_;  // (threads, tiers) -> seconds
 };
 
 void register_all() {
   for (const TierMix& m : mixes()) {
-    benchmark::RegisterBenchmark(("BM_DecodeAttention/" + m.name).c_str(), BM_DecodeAttention, &m)
+    benchmark::RegisterBenchmark(("BM_DecodeAttention/" + m.name).c_str(), BM_DecodeAttention, &m, 1)
         ->Unit(benchmark::kMillisecond);
+  }
+  if (kDecodeThreads > 1) {
+    for (const TierMix& m : mixes()) {
+      benchmark::RegisterBenchmark(("BM_DecodeAttention/" + m.name + "/threads:" + std::to_string(kDecodeThreads)).c_str(),
+                                   BM_DecodeAttention, &m, kDecodeThreads)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+    }
   }
   if (cuda_compiled()) {
     for (const std::int64_t context : {4096, 16384, 32768}) {

@@ -1,12 +1,15 @@
 #include "bench/bench_baselines.h"
 
 #include "kernels/cpu/dense_ops.h"
+#include "kernels/cpu/parallel_for.h"
 
 #include <Eigen/Core>
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <vector>
 
 namespace kvcheck {
@@ -25,18 +28,29 @@ double best_seconds(int repeats, F&& f) {
 
 }  // namespace
 
-double copy_bandwidth_bytes_per_s() {
-  static const double rate = [] {
-    constexpr std::size_t kBytes = std::size_t{256} << 20;
-    std::vector<char> a(kBytes, 1), b(kBytes, 2);
-    std::memcpy(b.data(), a.data(), kBytes);  // fault every page in first
-    const double s = best_seconds(5, [&] {
-      std::memcpy(b.data(), a.data(), kBytes);
-      asm volatile("" : : "r"(b.data()) : "memory");
+double copy_bandwidth_bytes_per_s() { return copy_bandwidth_bytes_per_s(1); }
+
+double copy_bandwidth_bytes_per_s(int threads) {
+  static std::mutex mutex;
+  static std::map<int, double> rates;
+  const std::lock_guard<std::mutex> lock(mutex);
+  threads = std::max(threads, 1);
+  if (const auto it = rates.find(threads); it != rates.end()) return it->second;
+  constexpr std::size_t kBytes = std::size_t{256} << 20;
+  std::vector<char> a(kBytes, 1), b(kBytes, 2);
+  const auto copy = [&] {
+    parallel_for_chunks(threads, threads, 1, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t t = begin; t < end; ++t) {
+        const std::size_t from = kBytes / static_cast<std::size_t>(threads) * static_cast<std::size_t>(t);
+        const std::size_t to = t + 1 == threads ? kBytes : from + kBytes / static_cast<std::size_t>(threads);
+        std::memcpy(b.data() + from, a.data() + from, to - from);
+      }
     });
-    return 2.0 * static_cast<double>(kBytes) / s;
-  }();
-  return rate;
+    asm volatile("" : : "r"(b.data()) : "memory");
+  };
+  copy();  // fault every page in first
+  const double s = best_seconds(5, copy);
+  return rates[threads] = 2.0 * static_cast<double>(kBytes) / s;
 }
 
 double eigen_gemm_flops_per_s() {

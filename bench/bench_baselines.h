@@ -1,7 +1,9 @@
 // The physical baselines the micro-benchmarks report against, each measured once per process so
 // that a kernel's ratio compares two numbers from the same run on the same machine state:
 //   copy bandwidth   a STREAM-like copy: memcpy of a 256 MiB buffer (far beyond the last-level
-//                    cache), counted as bytes read plus bytes written, best of 5;
+//                    cache), counted as bytes read plus bytes written, best of 5; on one thread,
+//                    or split in contiguous halves (thirds, ...) over `threads` threads, to set
+//                    beside a kernel run on as many;
 //   GEMM rate        Eigen's float GEMM, 1024 x 1024 x 1024, single thread, best of 3;
 //   linear_rows rate the decode projection kernel (kernels/cpu/dense_ops.h) at the ISA it runs
 //                    on this CPU: 64 rows times a 1024 x 1024 float matrix, single thread, best
@@ -12,6 +14,7 @@
 namespace kvcheck {
 
 double copy_bandwidth_bytes_per_s();
+double copy_bandwidth_bytes_per_s(int threads);
 double eigen_gemm_flops_per_s();
 double linear_rows_flops_per_s();
 // max(eigen_gemm_flops_per_s(), linear_rows_flops_per_s()): one thread's compute rate.
