@@ -321,6 +321,7 @@ struct Scratch {
   std::vector<float> rows;           // [kBatch][head_dim]: the value rows of a batch of slots
   std::vector<float> batch_weights;  // [group][kBatch]: their weights
   std::vector<float> qk;             // [group]: one key row's dot with each query head
+  std::vector<float> qk2, qk3;       // [group]: the same for the AVX-512 key walk's slot pairs
   std::vector<float> q_sums;         // [group]: Σ_c q_gc, the zero's coefficient in the fused INT dot
   std::vector<float> q_pairs;        // [group / 2][head_dim / 8][16]: heads 2p, 2p + 1 lane group by lane
                                      // group, side by side (the AVX-512 key dots; head_dim % 8 == 0)
@@ -330,6 +331,7 @@ struct Scratch {
   std::vector<float> meta_zeros;     // [head_dim]: the same for the zeros
   std::int64_t meta_unit = -1;       // the KIVI unit (slot / G) whose channel metadata is loaded
   std::vector<std::int32_t> live;    // [tokens of the largest page]: a page's live slots, in order
+  std::vector<std::int32_t> live_tile, live_lane;  // their value tiles' byte offsets in a column, lanes
   std::int64_t live_count = 0;
   std::vector<float> live_scales;    // [live][head_dim / group or 1]: their value metadata
   std::vector<float> live_zeros;
@@ -348,6 +350,8 @@ Scratch& make_scratch(const DecodeHeadInput& in, std::int64_t slots, bool q_pair
   s.rows.assign(static_cast<std::size_t>(kBatch) * d, 0.0f);
   s.batch_weights.assign(g * static_cast<std::size_t>(kBatch), 0.0f);
   s.qk.assign(g, 0.0f);
+  s.qk2.assign(g, 0.0f);
+  s.qk3.assign(g, 0.0f);
   s.q_sums.assign(g, 0.0f);
   s.maxima.assign(g, -std::numeric_limits<float>::infinity());
   s.sums.assign(g, 0.0f);
@@ -357,6 +361,8 @@ Scratch& make_scratch(const DecodeHeadInput& in, std::int64_t slots, bool q_pair
   std::size_t tokens = 0;
   for (const TierRead& t : in.tiers) tokens = std::max(tokens, static_cast<std::size_t>(t.layout.tokens));
   s.live.resize(tokens);
+  s.live_tile.resize(tokens);
+  s.live_lane.resize(tokens);
   s.live_scales.resize(tokens * d);
   s.live_zeros.resize(tokens * d);
   for (std::size_t k = 0; k < g; ++k) {
