@@ -198,6 +198,7 @@ ServingResult run_serving(const ReferenceModel& model, const ServingRunConfig& c
   out.preemptions_recompute = st.preemptions_recompute;
   out.preemptions_swap = st.preemptions_swap;
   out.recomputed_tokens = st.recomputed_tokens;
+  out.replayed_rows = st.replayed_rows;
   out.swapped_bytes = st.swapped_bytes;
   out.prefill_tokens = st.prefill_tokens;
   out.prefix_hit_tokens = st.prefix_hit_tokens;

@@ -86,7 +86,8 @@ struct ServingResult {
   double mean_batch_size = 0.0;  // decoded tokens / decode steps
   std::int64_t pool_pages = 0, page_bytes = 0, peak_kv_bytes = 0;
   Percentiles fragmentation;     // over steps
-  std::int64_t preemptions_recompute = 0, preemptions_swap = 0, recomputed_tokens = 0, swapped_bytes = 0;
+  std::int64_t preemptions_recompute = 0, preemptions_swap = 0, recomputed_tokens = 0, replayed_rows = 0,
+               swapped_bytes = 0;
   Percentiles ttft_s, tpot_s, itl_s;
   int threads = 1;                     // the engine's CPU threads
   std::int64_t weight_bytes = 0;       // decode_weight_bytes of the engine's weights

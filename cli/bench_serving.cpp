@@ -23,7 +23,7 @@
 // decode_tokens, generation_s, generation_tokens_per_s (tg: decode tokens over the steps' time
 // outside prefill; null unless all_completed),
 // mean_batch_size, max_batch_seen, peak_kv_bytes, fragmentation_p50, fragmentation_p99,
-// fragmentation_mean, preemptions (total), preemptions_by_kind {recompute, swap}, recomputed_tokens,
+// fragmentation_mean, preemptions (total), preemptions_by_kind {recompute, swap}, recomputed_tokens, replayed_rows,
 // swapped_bytes, ttft_s / tpot_s / itl_s {p50, p99, mean, count}, makespan_s, skipped_idle_s,
 // wall_s, steps, decode_steps, roofline {weight_bytes, kv_bytes, flops, bandwidth_s, compute_s,
 // predicted_step_s, predicted_tokens_per_s, achieved_fraction and generation_fraction (tok/s and tg
@@ -351,6 +351,7 @@ int run_serving_bench(const BenchArgs& args) {
           {"preemptions", r.preemptions_recompute + r.preemptions_swap},
           {"preemptions_by_kind", {{"recompute", r.preemptions_recompute}, {"swap", r.preemptions_swap}}},
           {"recomputed_tokens", r.recomputed_tokens},
+          {"replayed_rows", r.replayed_rows},
           {"swapped_bytes", r.swapped_bytes},
           {"ttft_s", percentiles_json(r.ttft_s)},
           {"tpot_s", percentiles_json(r.tpot_s)},

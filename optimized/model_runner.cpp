@@ -264,13 +264,21 @@ std::vector<float> ModelRunner::prefill_rows(std::int64_t request, std::span<con
 }
 
 std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, std::span<const std::int32_t> tokens,
-                                       std::span<const std::int32_t> positions) {
+                                       std::span<const std::int32_t> positions,
+                                       const std::vector<std::size_t>* logit_rows) {
   const NvtxRange range("decode");
   const StepTimer timer(StepPart::kDecode);
   const ModelConfig& c = weights_.config;
   const std::int64_t B = static_cast<std::int64_t>(requests.size());
   if (static_cast<std::int64_t>(tokens.size()) != B || static_cast<std::int64_t>(positions.size()) != B) {
     throw std::invalid_argument("model runner: decode needs one token and one position per request");
+  }
+  if (logit_rows) {
+    for (std::size_t k = 0; k < logit_rows->size(); ++k) {
+      if ((*logit_rows)[k] >= requests.size() || (k > 0 && (*logit_rows)[k] <= (*logit_rows)[k - 1])) {
+        throw std::invalid_argument("model runner: decode's logit rows must be ascending row indices of the batch");
+      }
+    }
   }
   for (std::int64_t b = 0; b < B; ++b) {
     check_tokens(requests[static_cast<std::size_t>(b)], tokens.subspan(static_cast<std::size_t>(b), 1),
@@ -421,9 +429,22 @@ std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, s
     mlp(layer, x, B, false);
   }
   backend_.rmsnorm(x, B, weights_.final_norm, c.rms_norm_eps, n);
-  std::vector<float> logits(static_cast<std::size_t>(B * c.vocab_size));
+  std::int64_t R = B;
+  if (logit_rows && static_cast<std::int64_t>(logit_rows->size()) != B) {
+    // Only the rows asked for go through the lm_head, gathered in order.
+    R = static_cast<std::int64_t>(logit_rows->size());
+    for (std::int64_t j = 0; j < R; ++j) {
+      const auto row = static_cast<std::int64_t>((*logit_rows)[static_cast<std::size_t>(j)]);
+      if (row == j) continue;  // rows ascend, so row >= j: the copy moves a row down, never onto a later one
+      const auto from = n.begin() + static_cast<std::ptrdiff_t>(row * H);
+      std::copy(from, from + H, n.begin() + static_cast<std::ptrdiff_t>(j * H));
+    }
+    n.resize(static_cast<std::size_t>(R * H));
+  }
+  std::vector<float> logits(static_cast<std::size_t>(R * c.vocab_size));
+  if (R == 0) return logits;
   const StepTimer projections(StepPart::kProjections);
-  backend_.linear(weights_.lm_head, n, B, logits);
+  backend_.linear(weights_.lm_head, n, R, logits);
   return logits;
 }
 

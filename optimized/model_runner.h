@@ -11,7 +11,8 @@
 // A request's rows never mix with another's: decode projections are batch-invariant (Backend::
 // linear) and attention runs per (request, kv-head), so a request's logits are bit-identical
 // whatever else is in the batch. Preemption by recompute relies on that and replays a request
-// the way it first ran (prefill of the prompt, then one decode step per generated token).
+// the way it first ran (prefill of the prompt, then its generated tokens fed again one per decode
+// step, as rows of whatever batch is running).
 #pragma once
 
 #include <cstdint>
@@ -90,10 +91,14 @@ class ModelRunner {
                                           std::int64_t cached);
 
   // One decode step: tokens[i] of requests[i] at positions[i] (each request's next position).
-  // Returns logits [batch][vocab]. PoolExhausted, before any compute and with nothing reserved,
-  // when a head needs a page the pool does not have.
+  // Returns logits [batch][vocab], or, given logit_rows (ascending row indices), those rows'
+  // only [logit_rows.size()][vocab] (the same bits: the lm_head is batch-invariant); a row left
+  // out still stores its key and value (the scheduler's replay after a preemption by recompute).
+  // PoolExhausted, before any compute and with nothing reserved, when a head needs a page the
+  // pool does not have.
   std::vector<float> decode(std::span<const std::int64_t> requests, std::span<const std::int32_t> tokens,
-                            std::span<const std::int32_t> positions);
+                            std::span<const std::int32_t> positions,
+                            const std::vector<std::size_t>* logit_rows = nullptr);
 
   // Observe every step (null: none). The trace must outlive its use.
   void set_trace(const RunnerTrace* trace) { trace_ = trace; }

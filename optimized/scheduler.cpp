@@ -43,6 +43,15 @@ Scheduler::Scheduler(ModelRunner& runner, SchedulerConfig config)
     throw InputError(fmt::format("scheduler: reserve_tokens must be 0 (paging) or positive, got {}",
                                  config_.reserve_tokens));
   }
+  if (!(config_.recompute_flops_per_swap_byte >= 0.0)) {
+    throw InputError(fmt::format("scheduler: recompute_flops_per_swap_byte must be >= 0, got {}",
+                                 config_.recompute_flops_per_swap_byte));
+  }
+  for (const EngineLayer& layer : runner_.weights().layers) {
+    for (const DenseWeight* w : {&layer.q, &layer.k, &layer.v, &layer.o, &layer.gate, &layer.up, &layer.down}) {
+      flops_per_context_token_ += 2.0 * static_cast<double>(w->out()) * static_cast<double>(w->in());
+    }
+  }
   if (config_.preemption == PreemptionMode::kSwap && !cache_.policy().swappable()) {
     throw InputError(fmt::format("scheduler: preemption by swap needs a policy that keeps every token in one tier "
                                  "(policy {} does not); use recompute or auto", cache_.policy().name()));
@@ -271,14 +280,11 @@ void Scheduler::start(Running& r, const PrefixPageCache::Hit& hit) {
     // copied on a sample's first write into it).
     for (std::size_t k = 1; k < seqs.size(); ++k) cache_.share_prefix(lead, seqs[k]->id, prompt_tokens);
     if (r.recompute) {
-      // Replay each sample's generated tokens the way they first ran: one decode step each, alone.
-      // The last generated token is the input of the next regular step, so it is not replayed.
+      // Each sample's generated tokens but the last are fed again by the next decode steps, one
+      // row per step beside the running requests (decode()); the last is the input of the first
+      // row that samples again.
       for (Sequence* q : seqs) {
-        for (std::size_t i = 0; i + 1 < q->tokens.size(); ++i) {
-          const std::int32_t position = static_cast<std::int32_t>(prompt_tokens + static_cast<std::int64_t>(i));
-          const std::int64_t ids[1] = {q->id};
-          runner_.decode(ids, {&q->tokens[i], 1}, {&position, 1});
-        }
+        q->replay = q->tokens.size() - 1;
         stats_.recomputed_tokens += context(r, *q) - 1;
       }
       r.recompute = false;
@@ -411,9 +417,14 @@ void Scheduler::preempt(Running& r) {
   const std::int64_t held = cache_.bytes_held(id);
   PreemptionMode mode = config_.preemption;
   const bool evicts = !cache_.policy().swappable();
+  // What each would cost: the forward over the context but its last token (the next step's
+  // input either way), against the bytes held copied out and back.
+  const double recompute_flops = flops_per_context_token_ * static_cast<double>(ctx - 1);
+  const double swap_bytes = 2.0 * static_cast<double>(held);
   if (mode == PreemptionMode::kAuto) {
     // Swap restores packed heads only; an evicting policy's heads are replayed instead.
-    mode = evicts || ctx <= config_.recompute_max_tokens ? PreemptionMode::kRecompute : PreemptionMode::kSwap;
+    mode = evicts || recompute_flops <= config_.recompute_flops_per_swap_byte * swap_bytes ? PreemptionMode::kRecompute
+                                                                                           : PreemptionMode::kSwap;
   }
   if (mode == PreemptionMode::kSwap && config_.max_swap_bytes > 0 && swap_held_bytes_ + held > config_.max_swap_bytes) {
     log(fmt::format("request {}: swapping {} bytes would hold {} of the {} host bytes allowed (max_swap_bytes): "
@@ -422,10 +433,11 @@ void Scheduler::preempt(Running& r) {
     ++stats_.swap_budget_recomputes;
   }
   log(fmt::format("preempt request {} by {}: context {} tokens, {} bytes held, {} of {} pages free, rule {} "
-                  "(recompute at <= {} tokens{})",
+                  "(recompute {:.6g} FLOPs against swap {:.6g} bytes at {} FLOPs per byte{})",
                   r.request.id, preemption_mode_name(mode), ctx, held, cache_.free_pages(), cache_.pool_pages(),
-                  preemption_mode_name(config_.preemption), config_.recompute_max_tokens,
-                  evicts ? ", always for a policy that evicts or splits tiers" : ""));
+                  preemption_mode_name(config_.preemption), recompute_flops, swap_bytes,
+                  config_.recompute_flops_per_swap_byte,
+                  evicts ? "; always recompute for a policy that evicts or splits tiers" : ""));
   if (mode == PreemptionMode::kSwap) {
     drop_prefix(r);
     const NvtxRange range("swap");
@@ -451,19 +463,24 @@ void Scheduler::decode() {
   for (;;) {
     if (running_.empty()) return;
     // One row per live sequence, request by request.
+    // A sequence replaying after a preemption by recompute feeds a generated token again and
+    // samples nothing: only the other rows ask for logits.
     std::vector<std::int64_t> ids;
     std::vector<std::int32_t> tokens, positions;
+    std::vector<std::size_t> sampling;
     for (const Running& r : running_) {
       for (const Sequence& q : r.seqs) {
         if (q.done != nullptr) continue;
+        const std::size_t k = q.tokens.size() - 1 - q.replay;
+        if (q.replay == 0) sampling.push_back(ids.size());
         ids.push_back(q.id);
-        tokens.push_back(q.tokens.back());
-        positions.push_back(static_cast<std::int32_t>(context(r, q) - 1));
+        tokens.push_back(q.tokens[k]);
+        positions.push_back(static_cast<std::int32_t>(r.request.prompt.size() + k));
       }
     }
     std::vector<float> logits;
     try {
-      logits = runner_.decode(ids, tokens, positions);
+      logits = runner_.decode(ids, tokens, positions, &sampling);
     } catch (const PoolExhausted& e) {
       // Evict an idle cached prefix page first; then preempt the most recently admitted request
       // and retry; alone and still too big: fail it.
@@ -514,20 +531,27 @@ void Scheduler::decode() {
       running_.clear();
       return;
     }
-    stats_.decode_tokens += static_cast<std::int64_t>(ids.size());
-    ++stats_.decode_steps;
-    stats_.max_batch_seen = std::max(stats_.max_batch_seen, static_cast<std::int64_t>(ids.size()));
+    const auto sampled = static_cast<std::int64_t>(sampling.size());
+    stats_.decode_tokens += sampled;
+    stats_.replayed_rows += static_cast<std::int64_t>(ids.size()) - sampled;
+    if (sampled > 0) ++stats_.decode_steps;
+    stats_.max_batch_seen = std::max(stats_.max_batch_seen, sampled);
     std::vector<Running> still;
-    std::size_t row = 0;
+    std::size_t row = 0, sample_row = 0;
     for (Running& r : running_) {
       bool failed = false;
       for (Sequence& q : r.seqs) {
         if (q.done != nullptr) continue;
         const std::size_t i = row++;
+        if (q.replay > 0) {
+          --q.replay;
+          continue;
+        }
+        const std::size_t s = sample_row++;
         if (failed) continue;
         try {
           append_token(r, q,
-                       next_token(r, q, {logits.data() + i * static_cast<std::size_t>(c.vocab_size),
+                       next_token(r, q, {logits.data() + s * static_cast<std::size_t>(c.vocab_size),
                                          static_cast<std::size_t>(c.vocab_size)},
                                   positions[i]));
         } catch (const InputError& e) {

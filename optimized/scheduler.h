@@ -12,9 +12,11 @@
 //   3. retirement  requests that reached max_new_tokens, EOS or max_position_embeddings leave
 //                  and free their pages.
 //
-// Preemption by recompute drops the pages and later replays the request exactly as it first ran
-// (prefill of the prompt, then one decode step per token already generated), so its tokens and
-// logits are bit-identical to an uninterrupted run. Preemption by swap copies the request's slot
+// Preemption by recompute drops the pages and later replays the request exactly as it first ran:
+// prefill of the prompt, then its generated tokens fed again one per decode step, each a row of
+// the running batch (no logits: the token is known), so its tokens and logits are bit-identical
+// to an uninterrupted run (decode rows are batch-invariant) and a replayed token costs a row of a
+// step that reads the weights anyway, not a step of its own. Preemption by swap copies the request's slot
 // codes to host memory and back into fresh pages in the same walk order: bit-identical as well.
 // The rule (PreemptionMode::kAuto) weighs what each costs: recompute re-runs context tokens
 // through the model, swap moves the bytes held twice; every decision and its inputs are logged.
@@ -55,10 +57,14 @@ struct SchedulerConfig {
   std::int64_t max_batch = 32;
   double high_watermark = 0.95;  // admission keeps used pages at or under this share of the pool
   PreemptionMode preemption = PreemptionMode::kAuto;
-  // kAuto: recompute when the request's context (prompt + generated) is at most this many tokens,
-  // else swap. Recompute costs a forward over the context; swap costs copying the bytes held out
-  // and back, which stays cheap as the context grows, while recompute does not.
-  std::int64_t recompute_max_tokens = 256;
+  // kAuto: recompute when the forward over the context costs less than copying the bytes held
+  // out and back, at this many FLOPs per byte copied: recompute when 2 x (the layers' weights) x
+  // (context - 1) <= recompute_flops_per_swap_byte x 2 x (bytes held), else swap. The default is
+  // the CPU's: a float GEMM's rate over a memcpy's, about 250 GFLOP/s over 36 GB/s on the two
+  // cores the benchmarks run on (bench/bench_baselines.h measures both). A KV token holds a few
+  // KB against millions of FLOPs of weights, so on the CPU a swappable policy swaps; a machine
+  // whose swap crosses a slow link (a GPU over PCIe: tens of thousands) recomputes short contexts.
+  double recompute_flops_per_swap_byte = 8.0;
   // Receives one line per scheduling decision (admission refused, preemption and its inputs).
   std::function<void(const std::string&)> log;
   // 0: pages are taken as a request grows (paging). > 0: contiguous allocation, as a cache that
@@ -128,7 +134,8 @@ struct SchedulerStats {
   std::int64_t max_batch_seen = 0;
   std::int64_t preemptions_recompute = 0;
   std::int64_t preemptions_swap = 0;
-  std::int64_t recomputed_tokens = 0;
+  std::int64_t recomputed_tokens = 0;  // prompt tokens prefilled again + generated tokens fed again
+  std::int64_t replayed_rows = 0;      // decode rows that fed a generated token again (no logits)
   std::int64_t swapped_bytes = 0;  // out and in
   std::int64_t swap_budget_recomputes = 0;  // swap preemptions turned into recompute by max_swap_bytes
   std::int64_t cancelled = 0;
@@ -176,6 +183,10 @@ class Scheduler {
     std::int64_t sample = 0;
     std::vector<std::int32_t> tokens;
     const char* done = nullptr;  // its stop reason once it stopped (its pages then released)
+    // Generated tokens still to be fed again after a preemption by recompute: the sequence's next
+    // decode row inputs tokens[size - 1 - replay] at its position and samples nothing; at 0 the
+    // row inputs the last token and samples the next.
+    std::size_t replay = 0;
   };
   struct Running {
     GenerationRequest request;
@@ -230,6 +241,7 @@ class Scheduler {
   SchedulerConfig config_;
   std::int64_t step_ = 0;
   std::int64_t admit_counter_ = 0;
+  double flops_per_context_token_ = 0.0;  // 2 x the layers' projection weights: a recomputed token's FLOPs
   std::int64_t swap_held_bytes_ = 0;
   std::optional<PrefixPageCache> prefix_;
   std::int64_t next_fork_id_ = PrefixPageCache::kHolderIds / 2 - 1;  // sequences 1.. of a request, downwards

@@ -15,6 +15,7 @@
 //     head of each cached entry) and no swapped byte is left.
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -106,7 +107,7 @@ int scheduler(const std::uint8_t* data, std::size_t size) {
   config.preemption = static_cast<PreemptionMode>(in.below(3));
   config.max_batch = 1 + in.below(6);
   config.high_watermark = 0.5 + 0.1 * static_cast<double>(in.below(6));
-  config.recompute_max_tokens = in.below(kContext);
+  config.recompute_flops_per_swap_byte = std::ldexp(1.0, static_cast<int>(in.below(kContext) % 24));
   config.max_swap_bytes = in.below(4) * 2048;
   const std::uint64_t reservation = in.below(4);
   config.reserve_tokens = reservation == 0 ? kContext : 0;

@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstring>
 #include <map>
 
@@ -202,7 +203,8 @@ void check_preemption(PreemptionMode mode, int cases, PreemptionOutcome& outcome
     auto e = engine_for(model, w, pages);
     SchedulerConfig sc;
     sc.preemption = mode;
-    sc.recompute_max_tokens = *rc::gen::inRange<std::int64_t>(0, 40);
+    // kAuto's balance from 1 to 2^19 FLOPs per byte: both sides of the tiny models' cost ratio.
+    sc.recompute_flops_per_swap_byte = std::ldexp(1.0, *rc::gen::inRange(0, 20));
     sc.max_batch = *rc::gen::inRange<std::int64_t>(2, 8);
     sc.high_watermark = *rc::gen::element(1.0, 1.0, 0.9);
     std::vector<std::string> log;

@@ -277,5 +277,44 @@ TEST(Engine, SwapOutAndInRestoresTheSameBytes) {
   EXPECT_TRUE(again.slots == out.slots);
 }
 
+// decode with logit_rows returns those rows of the whole batch's logits, bit for bit, and still
+// stores every row's key and value: the next step, every row asking, matches an engine whose
+// first step returned all rows. Bad row lists are refused before anything is stored.
+TEST(Engine, DecodeLogitRowsAreThoseRowsOfTheWholeBatch) {
+  const ModelConfig c = tiny_config();
+  const ReferenceModel model = tiny_model(c, 5);
+  auto all = small_engine(model, "int8");
+  auto some = small_engine(model, "int8");
+  const std::int64_t ids[3] = {0, 1, 2};
+  std::int32_t pos[3];
+  for (std::int64_t i = 0; i < 3; ++i) {
+    const std::vector<std::int32_t> prompt = test_tokens(9 + 4 * i, c.vocab_size, 40 + static_cast<std::uint64_t>(i));
+    all->runner->prefill(i, prompt);
+    some->runner->prefill(i, prompt);
+    pos[i] = static_cast<std::int32_t>(prompt.size());
+  }
+  const std::int32_t tok[3] = {3, 5, 7};
+  const std::vector<float> whole = all->runner->decode(ids, tok, pos);
+  const std::vector<std::size_t> bad[2] = {{2, 0}, {3}};
+  for (const std::vector<std::size_t>& rows : bad) {
+    EXPECT_THROW(some->runner->decode(ids, tok, pos, &rows), std::invalid_argument);
+  }
+  const std::vector<std::size_t> rows = {1, 2};
+  const std::vector<float> part = some->runner->decode(ids, tok, pos, &rows);
+  const auto V = static_cast<std::size_t>(c.vocab_size);
+  ASSERT_EQ(part.size(), 2 * V);
+  EXPECT_EQ(std::memcmp(part.data(), whole.data() + V, 2 * V * sizeof(float)), 0);
+  // A step asking no logits stores its rows as well (in one engine; the other takes all rows).
+  const std::int32_t second[3] = {pos[0] + 1, pos[1] + 1, pos[2] + 1};
+  const std::vector<std::size_t> none;
+  EXPECT_TRUE(some->runner->decode(ids, tok, second, &none).empty());
+  all->runner->decode(ids, tok, second);
+  const std::int32_t third[3] = {pos[0] + 2, pos[1] + 2, pos[2] + 2};
+  const std::vector<float> a = all->runner->decode(ids, tok, third);
+  const std::vector<float> b = some->runner->decode(ids, tok, third);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+}
+
 }  // namespace
 }  // namespace kvcheck

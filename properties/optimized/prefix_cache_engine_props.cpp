@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -116,7 +117,8 @@ TEST(PrefixCacheEngineProps, SharingIsInvisible) {
     SchedulerConfig sc;
     sc.max_batch = *rc::gen::inRange<std::int64_t>(1, 6);
     sc.preemption = *rc::gen::element(PreemptionMode::kRecompute, PreemptionMode::kSwap, PreemptionMode::kAuto);
-    sc.recompute_max_tokens = 24;
+    // kAuto's balance from 1 to 2^19 FLOPs per byte: both sides of the tiny models' cost ratio.
+    sc.recompute_flops_per_swap_byte = std::ldexp(1.0, *rc::gen::inRange(0, 20));
     sc.prefix_cache = true;
     sc.prefix_cache_hash_bits = *rc::gen::element(64, 3);
     // From a pool that holds a little more than the longest request alone to one that never fills.

@@ -7,6 +7,9 @@
 //                                request, layer and position; the others finish as alone.
 //   SwapBudgetFallsBackToRecompute  swap preemption with too little host memory recomputes
 //                                instead; nothing is lost and tokens equal solo runs.
+//   AutoPreemptionWeighsRecomputeAgainstSwap  auto recomputes when the forward over the context
+//                                costs fewer FLOPs than the balance times the bytes a swap
+//                                copies, swaps otherwise; a recompute's replay rides the batch.
 //   BadRequestsAreAnsweredAtSubmission  empty prompts, prompts longer than the context, unknown
 //                                token ids, duplicate ids.
 //   RequestFillingThePoolRunsAloneOrFailsNeverWaits  a prompt whose next token never fits the
@@ -16,6 +19,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <string>
 #include <vector>
@@ -234,6 +238,71 @@ TEST(SchedulerFaults, SwapBudgetFallsBackToRecompute) {
     EXPECT_EQ(s.swap_held_bytes(), 0);
     EXPECT_EQ(e->cache->free_pages(), e->cache->pool_pages());
   }
+}
+
+// kAuto weighs the two costs (scheduler.h): recompute = 2 x the layers' weights x (context - 1)
+// FLOPs, swap = the bytes held copied out and back, at recompute_flops_per_swap_byte. The first
+// preemption of a workload happens at the same point whatever the balance, so a balance just
+// above its FLOPs over bytes recomputes it and one just below swaps it. Also: a recompute feeds
+// the generated tokens again as rows of the running batch (replayed_rows), and every request
+// still ends with its solo tokens.
+TEST(SchedulerFaults, AutoPreemptionWeighsRecomputeAgainstSwap) {
+  const ModelConfig c = tiny_config();
+  const ReferenceModel model = tiny_model(c, 17);
+  constexpr std::int64_t kRequests = 6, kTokens = 30;
+  std::vector<std::vector<std::int32_t>> prompts;
+  for (std::int64_t i = 0; i < kRequests; ++i) prompts.push_back(test_tokens(20, c.vocab_size, 90 + static_cast<std::uint64_t>(i)));
+  auto probe = engine_with(model, "full-fp16", 0);
+  const std::int64_t pages = probe->cache->request_pages(20 + kTokens) * 5 / 2;
+  // The layers' projection weights, counted from the config (not from the engine's matrices).
+  const double weights = static_cast<double>(c.num_hidden_layers) *
+                         static_cast<double>(c.hidden_size * c.q_dim() * 2 + c.hidden_size * c.kv_dim() * 2 +
+                                             c.hidden_size * c.intermediate_size * 3);
+  struct Run {
+    std::string first;  // the first preemption's log line
+    SchedulerStats stats;
+  };
+  const auto run = [&](double balance) {
+    auto e = engine_with(model, "full-fp16", pages);
+    std::vector<std::string> log;
+    SchedulerConfig sc;
+    sc.preemption = PreemptionMode::kAuto;
+    sc.recompute_flops_per_swap_byte = balance;
+    sc.log = [&](const std::string& line) { log.push_back(line); };
+    Scheduler s(*e->runner, sc);
+    for (std::int64_t i = 0; i < kRequests; ++i) s.submit(request(i, prompts[static_cast<std::size_t>(i)], kTokens));
+    const std::vector<GenerationResult> results = s.run();
+    for (std::int64_t i = 0; i < kRequests; ++i) {
+      EXPECT_EQ(results[static_cast<std::size_t>(i)].tokens, solo(model, "full-fp16", prompts[static_cast<std::size_t>(i)], kTokens))
+          << "balance " << balance << ", request " << i << ": " << results[static_cast<std::size_t>(i)].error;
+    }
+    EXPECT_EQ(e->cache->free_pages(), e->cache->pool_pages());
+    const auto it = std::find_if(log.begin(), log.end(), [](const std::string& l) { return l.find("preempt request") != std::string::npos; });
+    return Run{it == log.end() ? std::string() : *it, s.stats()};
+  };
+  const Run probe_run = run(8.0);
+  ASSERT_FALSE(probe_run.first.empty()) << "the workload must preempt";
+  // "step S: preempt request R by MODE: context N tokens, B bytes held, ..."
+  long long step = 0, id = 0, ctx = 0, held = 0;
+  char mode[16] = {};
+  ASSERT_EQ(std::sscanf(probe_run.first.c_str(), "step %lld: preempt request %lld by %15[a-z]: context %lld tokens, %lld bytes held", &step,
+                        &id, mode, &ctx, &held),
+            5)
+      << probe_run.first;
+  const double flops = 2.0 * weights * static_cast<double>(ctx - 1);
+  EXPECT_NE(probe_run.first.find(fmt::format("recompute {:.6g} FLOPs against swap {:.6g} bytes", flops, 2.0 * static_cast<double>(held))),
+            std::string::npos)
+      << probe_run.first;
+  const double ratio = flops / (2.0 * static_cast<double>(held));
+  const Run above = run(ratio * 1.01), below = run(ratio * 0.99);
+  EXPECT_NE(above.first.find("by recompute"), std::string::npos) << above.first;
+  EXPECT_NE(below.first.find("by swap"), std::string::npos) << below.first;
+  EXPECT_GT(above.stats.preemptions_recompute, 0);
+  EXPECT_GT(above.stats.replayed_rows, 0) << "a recompute feeds its generated tokens again as decode rows";
+  EXPECT_LE(above.stats.replayed_rows, above.stats.recomputed_tokens);
+  EXPECT_GT(below.stats.preemptions_swap, 0);
+  // Generated tokens are counted once, replays beside them.
+  EXPECT_EQ(above.stats.decode_tokens, below.stats.decode_tokens);
 }
 
 TEST(SchedulerFaults, BadRequestsAreAnsweredAtSubmission) {
