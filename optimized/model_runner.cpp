@@ -266,6 +266,14 @@ std::vector<float> ModelRunner::prefill_rows(std::int64_t request, std::span<con
 std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, std::span<const std::int32_t> tokens,
                                        std::span<const std::int32_t> positions,
                                        const std::vector<std::size_t>* logit_rows) {
+  std::vector<float> logits;
+  decode_into(requests, tokens, positions, logit_rows, logits);
+  return logits;
+}
+
+void ModelRunner::decode_into(std::span<const std::int64_t> requests, std::span<const std::int32_t> tokens,
+                              std::span<const std::int32_t> positions, const std::vector<std::size_t>* logit_rows,
+                              std::vector<float>& logits) {
   const NvtxRange range("decode");
   const StepTimer timer(StepPart::kDecode);
   const ModelConfig& c = weights_.config;
@@ -441,11 +449,10 @@ std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, s
     }
     n.resize(static_cast<std::size_t>(R * H));
   }
-  std::vector<float> logits(static_cast<std::size_t>(R * c.vocab_size));
-  if (R == 0) return logits;
+  logits.resize(static_cast<std::size_t>(R * c.vocab_size));  // every element is written below
+  if (R == 0) return;
   const StepTimer projections(StepPart::kProjections);
   backend_.linear(weights_.lm_head, n, R, logits);
-  return logits;
 }
 
 }  // namespace kvcheck

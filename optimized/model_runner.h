@@ -99,6 +99,12 @@ class ModelRunner {
   std::vector<float> decode(std::span<const std::int64_t> requests, std::span<const std::int32_t> tokens,
                             std::span<const std::int32_t> positions,
                             const std::vector<std::size_t>* logit_rows = nullptr);
+  // The same into `logits`, resized: a caller that keeps the vector from step to step reuses its
+  // memory (a batch's logits are megabytes for a real vocabulary: a fresh vector is a fresh
+  // mapping, zeroed by page faults and unmapped when freed, every step).
+  void decode_into(std::span<const std::int64_t> requests, std::span<const std::int32_t> tokens,
+                   std::span<const std::int32_t> positions, const std::vector<std::size_t>* logit_rows,
+                   std::vector<float>& logits);
 
   // Observe every step (null: none). The trace must outlive its use.
   void set_trace(const RunnerTrace* trace) { trace_ = trace; }

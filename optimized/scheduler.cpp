@@ -478,9 +478,8 @@ void Scheduler::decode() {
         positions.push_back(static_cast<std::int32_t>(r.request.prompt.size() + k));
       }
     }
-    std::vector<float> logits;
     try {
-      logits = runner_.decode(ids, tokens, positions, &sampling);
+      runner_.decode_into(ids, tokens, positions, &sampling, logits_);
     } catch (const PoolExhausted& e) {
       // Evict an idle cached prefix page first; then preempt the most recently admitted request
       // and retry; alone and still too big: fail it.
@@ -551,7 +550,7 @@ void Scheduler::decode() {
         if (failed) continue;
         try {
           append_token(r, q,
-                       next_token(r, q, {logits.data() + s * static_cast<std::size_t>(c.vocab_size),
+                       next_token(r, q, {logits_.data() + s * static_cast<std::size_t>(c.vocab_size),
                                          static_cast<std::size_t>(c.vocab_size)},
                                   positions[i]));
         } catch (const InputError& e) {

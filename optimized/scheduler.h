@@ -245,6 +245,7 @@ class Scheduler {
   std::int64_t swap_held_bytes_ = 0;
   std::optional<PrefixPageCache> prefix_;
   std::int64_t next_fork_id_ = PrefixPageCache::kHolderIds / 2 - 1;  // sequences 1.. of a request, downwards
+  std::vector<float> logits_;          // a decode step's sampling rows, kept from step to step
   std::deque<Running> waiting_;        // arrival order; preempted requests go back to the front
   std::vector<Running> running_;
   std::map<std::int64_t, GenerationResult> results_;
