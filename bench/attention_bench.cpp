@@ -299,13 +299,13 @@ void BM_PrefillAttention(benchmark::State& state, std::int64_t tokens, LinearIsa
   state.counters["vs_gemm"] = benchmark::Counter(flops / eigen_gemm_flops_per_s(), benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// Decode projection shapes: the embedded model's q projection and a Llama-3-8B one, 32 rows.
-void BM_LinearRows(benchmark::State& state) {
+// linear_rows over `w` (out x in elements of `dtype`) for `rows` rows: FLOP/s and vs_gemm.
+void time_linear_rows(benchmark::State& state, const void* w, WeightDType dtype) {
   const std::int64_t rows = state.range(0), in = state.range(1), out = state.range(2);
-  const std::vector<float> w = normal(out * in, 7), x = normal(rows * in, 8);
+  const std::vector<float> x = normal(rows * in, 8);
   std::vector<float> y(static_cast<std::size_t>(rows * out));
   for (auto _ : state) {
-    linear_rows(packed_linear_args(w.data(), WeightDType::kF32, in, out, nullptr, x.data(), y.data(), rows));
+    linear_rows(packed_linear_args(w, dtype, in, out, nullptr, x.data(), y.data(), rows));
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
@@ -314,27 +314,24 @@ void BM_LinearRows(benchmark::State& state) {
   state.counters["vs_gemm"] = benchmark::Counter(flops / eigen_gemm_flops_per_s(), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// Decode projection shapes: the embedded model's q projection and a Llama-3-8B one, 32 rows.
+void BM_LinearRows(benchmark::State& state) {
+  const std::vector<float> w = normal(state.range(2) * state.range(1), 7);
+  time_linear_rows(state, w.data(), WeightDType::kF32);
+}
+
 // The same with bf16 weights as a real checkpoint stores them (the high half of each float),
 // at qwen2.5-0.5b's decode shapes for a batch of 16: a gate / up projection (896 -> 4864) and the
 // lm_head (896 -> 151,936, 272 MB: streamed from memory every step).
 void BM_LinearRowsBf16(benchmark::State& state) {
-  const std::int64_t rows = state.range(0), in = state.range(1), out = state.range(2);
-  const std::vector<float> wf = normal(out * in, 7), x = normal(rows * in, 8);
+  const std::vector<float> wf = normal(state.range(2) * state.range(1), 7);
   std::vector<std::uint16_t> w(wf.size());
   for (std::size_t i = 0; i < w.size(); ++i) {
     std::uint32_t bits;
     std::memcpy(&bits, &wf[i], sizeof bits);
     w[i] = static_cast<std::uint16_t>(bits >> 16);
   }
-  std::vector<float> y(static_cast<std::size_t>(rows * out));
-  for (auto _ : state) {
-    linear_rows(packed_linear_args(w.data(), WeightDType::kBF16, in, out, nullptr, x.data(), y.data(), rows));
-    benchmark::DoNotOptimize(y.data());
-    benchmark::ClobberMemory();
-  }
-  const double flops = 2.0 * static_cast<double>(rows * in * out);
-  state.counters["FLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["vs_gemm"] = benchmark::Counter(flops / eigen_gemm_flops_per_s(), benchmark::Counter::kIsIterationInvariantRate);
+  time_linear_rows(state, w.data(), WeightDType::kBF16);
 }
 
 void BM_EigenGemm(benchmark::State& state) {

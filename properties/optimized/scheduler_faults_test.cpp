@@ -201,42 +201,55 @@ TEST(SchedulerFaults, RequestFillingThePoolRunsAloneOrFailsNeverWaits) {
   EXPECT_EQ(e->cache->free_pages(), e->cache->pool_pages());
 }
 
-TEST(SchedulerFaults, SwapBudgetFallsBackToRecompute) {
-  const ModelConfig c = tiny_config();
-  const ReferenceModel model = tiny_model(c, 17);
-  constexpr std::int64_t kRequests = 6, kTokens = 30;
+// Six requests of 20 + 30 tokens in a full-fp16 pool of about two and a half of them: the batch
+// must preempt. run() serves them under `sc` and checks what every preemption mode owes: each
+// request's tokens equal its solo run, nothing is left swapped out or in the pool.
+struct CrowdedWorkload {
+  static constexpr std::int64_t kRequests = 6, kTokens = 30;
+  ModelConfig c = tiny_config();
+  ReferenceModel model = tiny_model(c, 17);
   std::vector<std::vector<std::int32_t>> prompts;
-  for (std::int64_t i = 0; i < kRequests; ++i) prompts.push_back(test_tokens(20, c.vocab_size, 90 + static_cast<std::uint64_t>(i)));
-  // Pages for about two and a half requests at full length: the batch must preempt.
-  auto probe = engine_with(model, "full-fp16", 0);
-  const std::int64_t pages = probe->cache->request_pages(20 + kTokens) * 5 / 2;
-  for (const std::int64_t budget : {std::int64_t{1}, std::int64_t{0}}) {
+  std::int64_t pages = 0;
+  CrowdedWorkload() {
+    for (std::int64_t i = 0; i < kRequests; ++i) prompts.push_back(test_tokens(20, c.vocab_size, 90 + static_cast<std::uint64_t>(i)));
+    pages = engine_with(model, "full-fp16", 0)->cache->request_pages(20 + kTokens) * 5 / 2;
+  }
+  // The run's statistics; its log lines into `log`.
+  SchedulerStats run(SchedulerConfig sc, std::vector<std::string>& log, const std::string& label) const {
     auto e = engine_with(model, "full-fp16", pages);
-    std::vector<std::string> log;
-    SchedulerConfig sc;
-    sc.preemption = PreemptionMode::kSwap;
-    sc.max_swap_bytes = budget;  // 1 byte: no swap fits; 0: unbounded
     sc.log = [&](const std::string& line) { log.push_back(line); };
     Scheduler s(*e->runner, sc);
     for (std::int64_t i = 0; i < kRequests; ++i) s.submit(request(i, prompts[static_cast<std::size_t>(i)], kTokens));
     const std::vector<GenerationResult> results = s.run();
     for (std::int64_t i = 0; i < kRequests; ++i) {
       EXPECT_EQ(results[static_cast<std::size_t>(i)].tokens, solo(model, "full-fp16", prompts[static_cast<std::size_t>(i)], kTokens))
-          << "budget " << budget << ", request " << i << ": " << results[static_cast<std::size_t>(i)].error;
+          << label << ", request " << i << ": " << results[static_cast<std::size_t>(i)].error;
     }
+    EXPECT_EQ(s.swap_held_bytes(), 0) << label;
+    EXPECT_EQ(e->cache->free_pages(), e->cache->pool_pages()) << label;
+    return s.stats();
+  }
+};
+
+TEST(SchedulerFaults, SwapBudgetFallsBackToRecompute) {
+  const CrowdedWorkload w;
+  for (const std::int64_t budget : {std::int64_t{1}, std::int64_t{0}}) {
+    std::vector<std::string> log;
+    SchedulerConfig sc;
+    sc.preemption = PreemptionMode::kSwap;
+    sc.max_swap_bytes = budget;  // 1 byte: no swap fits; 0: unbounded
+    const SchedulerStats st = w.run(sc, log, fmt::format("budget {}", budget));
     if (budget == 1) {
-      EXPECT_EQ(s.stats().preemptions_swap, 0);
-      EXPECT_GT(s.stats().preemptions_recompute, 0);
-      EXPECT_EQ(s.stats().swap_budget_recomputes, s.stats().preemptions_recompute);
+      EXPECT_EQ(st.preemptions_swap, 0);
+      EXPECT_GT(st.preemptions_recompute, 0);
+      EXPECT_EQ(st.swap_budget_recomputes, st.preemptions_recompute);
       EXPECT_TRUE(std::any_of(log.begin(), log.end(), [](const std::string& l) {
         return l.find("max_swap_bytes") != std::string::npos;
       }));
     } else {
-      EXPECT_GT(s.stats().preemptions_swap, 0) << "the unbounded run must swap, or the test shows nothing";
-      EXPECT_EQ(s.stats().swap_budget_recomputes, 0);
+      EXPECT_GT(st.preemptions_swap, 0) << "the unbounded run must swap, or the test shows nothing";
+      EXPECT_EQ(st.swap_budget_recomputes, 0);
     }
-    EXPECT_EQ(s.swap_held_bytes(), 0);
-    EXPECT_EQ(e->cache->free_pages(), e->cache->pool_pages());
   }
 }
 
@@ -247,13 +260,8 @@ TEST(SchedulerFaults, SwapBudgetFallsBackToRecompute) {
 // the generated tokens again as rows of the running batch (replayed_rows), and every request
 // still ends with its solo tokens.
 TEST(SchedulerFaults, AutoPreemptionWeighsRecomputeAgainstSwap) {
-  const ModelConfig c = tiny_config();
-  const ReferenceModel model = tiny_model(c, 17);
-  constexpr std::int64_t kRequests = 6, kTokens = 30;
-  std::vector<std::vector<std::int32_t>> prompts;
-  for (std::int64_t i = 0; i < kRequests; ++i) prompts.push_back(test_tokens(20, c.vocab_size, 90 + static_cast<std::uint64_t>(i)));
-  auto probe = engine_with(model, "full-fp16", 0);
-  const std::int64_t pages = probe->cache->request_pages(20 + kTokens) * 5 / 2;
+  const CrowdedWorkload w;
+  const ModelConfig& c = w.c;
   // The layers' projection weights, counted from the config (not from the engine's matrices).
   const double weights = static_cast<double>(c.num_hidden_layers) *
                          static_cast<double>(c.hidden_size * c.q_dim() * 2 + c.hidden_size * c.kv_dim() * 2 +
@@ -263,22 +271,13 @@ TEST(SchedulerFaults, AutoPreemptionWeighsRecomputeAgainstSwap) {
     SchedulerStats stats;
   };
   const auto run = [&](double balance) {
-    auto e = engine_with(model, "full-fp16", pages);
     std::vector<std::string> log;
     SchedulerConfig sc;
     sc.preemption = PreemptionMode::kAuto;
     sc.recompute_flops_per_swap_byte = balance;
-    sc.log = [&](const std::string& line) { log.push_back(line); };
-    Scheduler s(*e->runner, sc);
-    for (std::int64_t i = 0; i < kRequests; ++i) s.submit(request(i, prompts[static_cast<std::size_t>(i)], kTokens));
-    const std::vector<GenerationResult> results = s.run();
-    for (std::int64_t i = 0; i < kRequests; ++i) {
-      EXPECT_EQ(results[static_cast<std::size_t>(i)].tokens, solo(model, "full-fp16", prompts[static_cast<std::size_t>(i)], kTokens))
-          << "balance " << balance << ", request " << i << ": " << results[static_cast<std::size_t>(i)].error;
-    }
-    EXPECT_EQ(e->cache->free_pages(), e->cache->pool_pages());
+    const SchedulerStats st = w.run(sc, log, fmt::format("balance {}", balance));
     const auto it = std::find_if(log.begin(), log.end(), [](const std::string& l) { return l.find("preempt request") != std::string::npos; });
-    return Run{it == log.end() ? std::string() : *it, s.stats()};
+    return Run{it == log.end() ? std::string() : *it, st};
   };
   const Run probe_run = run(8.0);
   ASSERT_FALSE(probe_run.first.empty()) << "the workload must preempt";
