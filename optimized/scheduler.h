@@ -16,8 +16,9 @@
 // prefill of the prompt, then its generated tokens fed again one per decode step, each a row of
 // the running batch (no logits: the token is known), so its tokens and logits are bit-identical
 // to an uninterrupted run (decode rows are batch-invariant) and a replayed token costs a row of a
-// step that reads the weights anyway, not a step of its own. Preemption by swap copies the request's slot
-// codes to host memory and back into fresh pages in the same walk order: bit-identical as well.
+// step that reads the weights anyway, not a step of its own. Preemption by swap copies the
+// request's slot codes to host memory and back into fresh pages in the same walk order:
+// bit-identical as well.
 // The rule (PreemptionMode::kAuto) weighs what each costs: recompute re-runs context tokens
 // through the model, swap moves the bytes held twice; every decision and its inputs are logged.
 // Swap restores packed heads, so an evicting policy (kv_policy.h) always recomputes: kAuto picks

@@ -1,5 +1,6 @@
 // GCC / Clang vector-extension lanes for the CPU kernels compiled twice (baseline x86-64 and
-// kernels/cpu/avx2_target_begin.inc, and a third time for AVX-512 where the file has one): dense_ops.cpp, paged_attention.cpp, prefill_attention.cpp.
+// kernels/cpu/avx2_target_begin.inc), and a third time for AVX-512 where the file has one:
+// dense_ops.cpp, paged_attention.cpp, prefill_attention.cpp.
 // On a baseline target GCC lowers each eight-float operation to two SSE instructions, under
 // target("avx2") to one; lane l only ever meets lane l, so both builds give the same bits.
 #pragma once

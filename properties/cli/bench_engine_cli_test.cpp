@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <numeric>
 #include <string>
 
@@ -21,6 +22,23 @@ using nlohmann::json;
 
 std::vector<double> values_of(const json& j) { return j.at("values").get<std::vector<double>>(); }
 
+// kvcheck-tiny's projection weights (4 layers x (q 128x128 + k, v 64x128 + o 128x128 + gate, up,
+// down 3 x 384x128) = 4 x 196,608) and its tied head (2048x128 = 262,144).
+constexpr double kTinyWeights = 4.0 * 196608.0 + 262144.0;
+
+// `kvcheck bench --engine ARGS --json FILE`: the run, and its JSON (null unless it exited 0).
+struct EngineBench {
+  testing::CliRun run;
+  json j;
+};
+EngineBench bench_engine(const std::string& args) {
+  testing::TempDir dir;
+  const std::filesystem::path out = dir / "engine.json";
+  EngineBench b{testing::run_kvcheck("bench --engine " + args + " --json " + testing::shell_quote(out)), json()};
+  if (b.run.code == 0) b.j = json::parse(testing::read_file(out));
+  return b;
+}
+
 void expect_mean_sd(const json& j, std::size_t n) {
   const std::vector<double> v = values_of(j);
   ASSERT_EQ(v.size(), n);
@@ -32,17 +50,15 @@ void expect_mean_sd(const json& j, std::size_t n) {
 }
 
 TEST(BenchEngineCli, RepeatsSplitsBreaksDownAndPredicts) {
-  testing::TempDir dir;
-  const std::filesystem::path out = dir / "engine.json";
   // 5 requests of 8 prompt tokens, 6 new tokens each: the prefill gives each its first token, 5
   // decode steps the other 5.
-  const testing::CliRun r = testing::run_kvcheck("bench --engine --prompt-tokens 8 --new-tokens 6 --batch 5 --repeat 3 "
-                                                 "--policy int8 --threads 1 --json " + testing::shell_quote(out));
+  const EngineBench bench = bench_engine("--prompt-tokens 8 --new-tokens 6 --batch 5 --repeat 3 --policy int8 --threads 1");
+  const testing::CliRun& r = bench.run;
   ASSERT_EQ(r.code, 0) << r.output;
   for (const char* text : {"pp tokens/s", "tg tokens/s", "projections", "page manager", "roofline", " ± "}) {
     EXPECT_NE(r.output.find(text), std::string::npos) << text << "\n" << r.output;
   }
-  const json j = json::parse(testing::read_file(out));
+  const json& j = bench.j;
   EXPECT_EQ(j.at("version"), 3);
   EXPECT_EQ(j.at("repeat"), 3);
   const json& runs = j.at("runs");
@@ -97,9 +113,8 @@ TEST(BenchEngineCli, RepeatsSplitsBreaksDownAndPredicts) {
     if (weight_bytes == 0.0) weight_bytes = roof.at("weight_bytes");
     EXPECT_EQ(roof.at("weight_bytes").get<double>(), weight_bytes) << "the same weights at every batch";
   }
-  // kvcheck-tiny, float32: 4 layers x (q 128x128 + k, v 64x128 + o 128x128 + gate, up, down
-  // 3 x 384x128) = 4 x 196,608 weights, and the tied head 2048x128 = 262,144: 4 bytes each.
-  EXPECT_EQ(weight_bytes, 4.0 * (4.0 * 196608.0 + 262144.0));
+  // kvcheck-tiny in float32: 4 bytes a weight.
+  EXPECT_EQ(weight_bytes, 4.0 * kTinyWeights);
   // Five requests store five times the KV of one at the same point of their decode.
   EXPECT_NEAR(runs[3].at("roofline").at("kv_bytes").get<double>(), 5.0 * runs[2].at("roofline").at("kv_bytes").get<double>(),
               1e-9 * runs[3].at("roofline").at("kv_bytes").get<double>());
@@ -108,16 +123,13 @@ TEST(BenchEngineCli, RepeatsSplitsBreaksDownAndPredicts) {
 // --dummy-weights --shape run the engine benchmark on a named shape's seeded bf16 weights (it used
 // to ignore both and bench the embedded model); --shape alone is refused.
 TEST(BenchEngineCli, DummyWeightsOfAShape) {
-  testing::TempDir dir;
-  const std::filesystem::path out = dir / "engine.json";
-  const testing::CliRun r = testing::run_kvcheck("bench --engine --dummy-weights --shape kvcheck-tiny --prompt-tokens 8 "
-                                                 "--new-tokens 4 --batch 2 --threads 1 --json " + testing::shell_quote(out));
-  ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("dummy weights of kvcheck-tiny"), std::string::npos) << r.output;
-  const json j = json::parse(testing::read_file(out));
-  EXPECT_EQ(j.at("model"), "dummy weights of kvcheck-tiny");
+  const EngineBench bench =
+      bench_engine("--dummy-weights --shape kvcheck-tiny --prompt-tokens 8 --new-tokens 4 --batch 2 --threads 1");
+  ASSERT_EQ(bench.run.code, 0) << bench.run.output;
+  EXPECT_NE(bench.run.output.find("dummy weights of kvcheck-tiny"), std::string::npos) << bench.run.output;
+  EXPECT_EQ(bench.j.at("model"), "dummy weights of kvcheck-tiny");
   // The same weights as the embedded model's, kept in bf16: 2 bytes each.
-  EXPECT_EQ(j.at("runs").at(3).at("roofline").at("weight_bytes").get<double>(), 2.0 * (4.0 * 196608.0 + 262144.0));
+  EXPECT_EQ(bench.j.at("runs").at(3).at("roofline").at("weight_bytes").get<double>(), 2.0 * kTinyWeights);
   const testing::CliRun shape_only = testing::run_kvcheck("bench --engine --shape kvcheck-tiny");
   EXPECT_EQ(shape_only.code, 2) << shape_only.output;
   EXPECT_NE(shape_only.output.find("--shape: needs --dummy-weights"), std::string::npos) << shape_only.output;
