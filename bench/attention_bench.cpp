@@ -466,7 +466,9 @@ void register_all() {
     bm->Args({32, 128, 384})->Args({32, 4096, 4096})->Unit(benchmark::kMicrosecond);
   }
   benchmark::RegisterBenchmark("BM_LinearRowsBf16", BM_LinearRowsBf16)
+      ->Args({16, 896, 896})
       ->Args({16, 896, 4864})
+      ->Args({16, 4864, 896})
       ->Args({16, 896, 151936})
       ->Unit(benchmark::kMicrosecond);
 }

@@ -40,16 +40,19 @@ struct Case {
   std::vector<float> w, b, x;
 };
 
-Case gen_case() {
+// Up to 19 outputs and 13 rows: the AVX-512 build's two octets of outputs, and its path for 8
+// or more rows of 2-byte weights (each octet widened once, then tiles of 4 rows and 1-3 after).
+// many: at least 8 rows and a range of at least 8 outputs, so that path always runs.
+Case gen_case(bool many = false) {
   Case c;
   c.in = *rc::gen::inRange<std::int64_t>(1, 70);
-  c.out = *rc::gen::inRange<std::int64_t>(1, 12);
-  c.rows = *rc::gen::inRange<std::int64_t>(1, 11);
+  c.out = *rc::gen::inRange<std::int64_t>(many ? 8 : 1, 20);
+  c.rows = *rc::gen::inRange<std::int64_t>(many ? 8 : 1, 14);
   c.w_pad = *rc::gen::inRange<std::int64_t>(0, 3);
   c.x_pad = *rc::gen::inRange<std::int64_t>(0, 3);
   c.y_pad = *rc::gen::inRange<std::int64_t>(0, 3);
-  c.begin = *rc::gen::inRange<std::int64_t>(0, c.out);
-  c.end = *rc::gen::inRange<std::int64_t>(c.begin, c.out + 1);
+  c.begin = *rc::gen::inRange<std::int64_t>(0, many ? c.out - 7 : c.out);
+  c.end = *rc::gen::inRange<std::int64_t>(many ? c.begin + 8 : c.begin, c.out + 1);
   c.bias = *rc::gen::arbitrary<bool>();
   // Values with full mantissas and mixed signs and scales, so that any change of summation
   // order shows up in the low bits.
@@ -130,8 +133,8 @@ TEST(LinearRowsProps, EveryElementIsTheRowDotProduct) {
   });
 }
 
-// A wider build (AVX2 + F16C, AVX-512) gives the definition and the portable build's bits. Up to 11
-// outputs: the AVX-512 build's sixteen-lane tiles of 8 and 4 outputs, and the eight-lane ones after.
+// A wider build (AVX2 + F16C, AVX-512) gives the definition and the portable build's bits, on the
+// AVX-512 build's sixteen-lane tiles of 8 and 4 outputs and the eight-lane ones after.
 void wide_build_is_portable(LinearIsa isa) {
   check_property(std::string("linear_rows ") + linear_isa_name(isa) + " == portable", 500, [isa] {
     const Case c = gen_case();
@@ -172,9 +175,10 @@ TEST(LinearRowsProps, RowsDoNotDependOnTheirBatch) {
 // or f32, at a byte offset that leaves it unaligned. The kernel must give bit for bit what it gives
 // on the float32 matrix of the same values (converted by the reference's own conversion), in both
 // ISA builds: the widening is exact and the summation order is the float path's.
-TEST(LinearRowsProps, TypedWeightsGiveTheFloatPathBitForBit) {
-  check_property("linear_rows on bf16/f16/f32 bytes == linear_rows on float", 500, [] {
-    Case c = gen_case();
+void typed_weights_give_the_float_path(bool many) {
+  check_property(std::string("linear_rows on bf16/f16/f32 bytes == linear_rows on float") +
+                     (many ? ", 8+ rows and outputs" : ""), 500, [many] {
+    Case c = gen_case(many);
     const auto dtype = *rc::gen::element(WeightDType::kBF16, WeightDType::kF16, WeightDType::kF32);
     const auto offset = *rc::gen::inRange<std::size_t>(0, 4);
     const std::vector<std::byte> bytes = typed_weights(c, dtype, offset);
@@ -186,6 +190,11 @@ TEST(LinearRowsProps, TypedWeightsGiveTheFloatPathBitForBit) {
     }
   });
 }
+
+TEST(LinearRowsProps, TypedWeightsGiveTheFloatPathBitForBit) { typed_weights_give_the_float_path(false); }
+
+// The same where the AVX-512 build widens each octet of 2-byte rows once for all the batch's rows.
+TEST(LinearRowsProps, TypedWeightsWidenedOnceGiveTheFloatPathBitForBit) { typed_weights_give_the_float_path(true); }
 
 // Every f16 and bf16 pattern widens as the reference converts it (NaNs: to a NaN).
 TEST(LinearRows, WideningMatchesTheReferenceConversionForEveryPattern) {
