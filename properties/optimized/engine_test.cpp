@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/dense_ops.h"
 #include "oracles/metrics.h"
 #include "optimized/cpu_backend.h"
 #include "optimized/engine.h"
@@ -153,6 +154,25 @@ TEST(Engine, CpuBackendIsThreadInvariant) {
     ASSERT_EQ(logits[i].size(), logits[0].size());
     EXPECT_EQ(std::memcmp(logits[i].data(), logits[0].data(), logits[0].size() * sizeof(float)), 0)
         << "threads differ in the last bits";
+  }
+}
+
+// SwiGLU over a decode batch's or a prompt's rows is split into tasks of 8,192 elements on the
+// pool; every element, the last partial task's included, is the kernel's own, on 1 or 2 threads.
+TEST(Engine, CpuBackendSwiGluSplitsWithoutChangingAnElement) {
+  const std::int64_t n = 3 * 8192 + 77;  // parallel (n x 32 >= 2M work) with a partial last task
+  std::vector<float> up(static_cast<std::size_t>(n)), gate0(up.size());
+  for (std::int64_t i = 0; i < n; ++i) {
+    gate0[static_cast<std::size_t>(i)] = std::sin(0.37f * static_cast<float>(i)) * 6.0f;
+    up[static_cast<std::size_t>(i)] = std::cos(0.11f * static_cast<float>(i));
+  }
+  std::vector<float> want = gate0;
+  swiglu(want.data(), up.data(), n);
+  for (int threads : {1, 2}) {
+    CpuBackend backend(threads);
+    std::vector<float> got = gate0;
+    backend.swiglu(got, up);
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0) << threads << " threads";
   }
 }
 
