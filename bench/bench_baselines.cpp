@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -53,39 +54,89 @@ double copy_bandwidth_bytes_per_s(int threads) {
   return rates[threads] = 2.0 * static_cast<double>(kBytes) / s;
 }
 
-double eigen_gemm_flops_per_s() {
-  static const double rate = [] {
-    constexpr Eigen::Index kN = 1024;
-    const Eigen::MatrixXf a = Eigen::MatrixXf::Random(kN, kN), b = Eigen::MatrixXf::Random(kN, kN);
-    Eigen::MatrixXf c(kN, kN);
-    c.noalias() = a * b;  // warm-up
-    const double s = best_seconds(3, [&] {
-      c.noalias() = a * b;
-      asm volatile("" : : "r"(c.data()) : "memory");
+namespace {
+
+// `threads` copies of one kernel run at once, each on its own operands (as the engine's threads
+// each work on their own rows of a weight): FLOPs of all of them over the wall time, best of 3.
+// make() builds one copy's state and returns the callable that runs it once.
+template <typename Make>
+double concurrent_flops_per_s(int threads, double flops_per_run, Make&& make) {
+  threads = std::max(threads, 1);
+  std::vector<decltype(make())> runs;
+  for (int t = 0; t < threads; ++t) runs.push_back(make());
+  const auto all = [&] {
+    parallel_for_chunks(threads, threads, 1, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t t = begin; t < end; ++t) runs[static_cast<std::size_t>(t)]();
     });
-    return 2.0 * static_cast<double>(kN * kN * kN) / s;
-  }();
-  return rate;
+  };
+  all();  // warm-up
+  return static_cast<double>(threads) * flops_per_run / best_seconds(3, all);
 }
 
-double linear_rows_flops_per_s() {
-  static const double rate = [] {
-    constexpr std::int64_t kRows = 64, kN = 1024;
-    std::vector<float> w(static_cast<std::size_t>(kN * kN)), x(static_cast<std::size_t>(kRows * kN)),
-        y(static_cast<std::size_t>(kRows * kN));
-    for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i % 7) * 0.25f - 0.75f;
-    for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 5) * 0.5f - 1.0f;
-    const LinearRowsArgs args = packed_linear_args(w.data(), WeightDType::kF32, kN, kN, nullptr, x.data(), y.data(), kRows);
-    linear_rows(args);  // warm-up
-    const double s = best_seconds(3, [&] {
-      linear_rows(args);
-      asm volatile("" : : "r"(y.data()) : "memory");
-    });
-    return 2.0 * static_cast<double>(kRows * kN * kN) / s;
-  }();
-  return rate;
+// The operands of the two compute rates.
+constexpr Eigen::Index kGemmN = 1024;
+constexpr std::int64_t kLinearRows = 64, kLinearN = 1024;
+
+template <typename Measure>
+double cached(std::map<int, double>& rates, std::mutex& mutex, int threads, Measure&& measure) {
+  const std::lock_guard<std::mutex> lock(mutex);
+  threads = std::max(threads, 1);
+  if (const auto it = rates.find(threads); it != rates.end()) return it->second;
+  return rates[threads] = measure(threads);
 }
 
-double compute_flops_per_s() { return std::max(eigen_gemm_flops_per_s(), linear_rows_flops_per_s()); }
+}  // namespace
+
+double eigen_gemm_flops_per_s() { return eigen_gemm_flops_per_s(1); }
+
+double eigen_gemm_flops_per_s(int threads) {
+  static std::mutex mutex;
+  static std::map<int, double> rates;
+  return cached(rates, mutex, threads, [](int t) {
+    return concurrent_flops_per_s(t, 2.0 * static_cast<double>(kGemmN * kGemmN * kGemmN), [] {
+      struct Run {
+        std::shared_ptr<Eigen::MatrixXf> a, b, c;
+        void operator()() const {
+          c->noalias() = *a * *b;
+          asm volatile("" : : "r"(c->data()) : "memory");
+        }
+      };
+      return Run{std::make_shared<Eigen::MatrixXf>(Eigen::MatrixXf::Random(kGemmN, kGemmN)),
+                 std::make_shared<Eigen::MatrixXf>(Eigen::MatrixXf::Random(kGemmN, kGemmN)),
+                 std::make_shared<Eigen::MatrixXf>(kGemmN, kGemmN)};
+    });
+  });
+}
+
+double linear_rows_flops_per_s() { return linear_rows_flops_per_s(1); }
+
+double linear_rows_flops_per_s(int threads) {
+  static std::mutex mutex;
+  static std::map<int, double> rates;
+  return cached(rates, mutex, threads, [](int t) {
+    return concurrent_flops_per_s(t, 2.0 * static_cast<double>(kLinearRows * kLinearN * kLinearN), [] {
+      struct Run {
+        std::shared_ptr<std::vector<float>> w, x, y;
+        void operator()() const {
+          linear_rows(packed_linear_args(w->data(), WeightDType::kF32, kLinearN, kLinearN, nullptr, x->data(), y->data(),
+                                         kLinearRows));
+          asm volatile("" : : "r"(y->data()) : "memory");
+        }
+      };
+      Run r{std::make_shared<std::vector<float>>(static_cast<std::size_t>(kLinearN * kLinearN)),
+            std::make_shared<std::vector<float>>(static_cast<std::size_t>(kLinearRows * kLinearN)),
+            std::make_shared<std::vector<float>>(static_cast<std::size_t>(kLinearRows * kLinearN))};
+      for (std::size_t i = 0; i < r.w->size(); ++i) (*r.w)[i] = static_cast<float>(i % 7) * 0.25f - 0.75f;
+      for (std::size_t i = 0; i < r.x->size(); ++i) (*r.x)[i] = static_cast<float>(i % 5) * 0.5f - 1.0f;
+      return r;
+    });
+  });
+}
+
+double compute_flops_per_s() { return compute_flops_per_s(1); }
+
+double compute_flops_per_s(int threads) {
+  return std::max(eigen_gemm_flops_per_s(threads), linear_rows_flops_per_s(threads));
+}
 
 }  // namespace kvcheck

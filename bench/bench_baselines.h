@@ -4,11 +4,14 @@
 //                    cache), counted as bytes read plus bytes written, best of 5; on one thread,
 //                    or split in contiguous halves (thirds, ...) over `threads` threads, to set
 //                    beside a kernel run on as many;
-//   GEMM rate        Eigen's float GEMM, 1024 x 1024 x 1024, single thread, best of 3;
+//   GEMM rate        Eigen's float GEMM, 1024 x 1024 x 1024, best of 3;
 //   linear_rows rate the decode projection kernel (kernels/cpu/dense_ops.h) at the ISA it runs
-//                    on this CPU: 64 rows times a 1024 x 1024 float matrix, single thread, best
-//                    of 3. Eigen is built for baseline x86-64, so on an AVX-512 CPU linear_rows
-//                    can outrun it; the rooflines take the faster of the two.
+//                    on this CPU: 64 rows times a 1024 x 1024 float matrix, best of 3. Eigen is
+//                    built for baseline x86-64, so on an AVX-512 CPU linear_rows can outrun it;
+//                    the rooflines take the faster of the two.
+// The two compute rates on one thread, or as `threads` copies running at once, each on its own
+// operands, counted together: cores that share a last-level cache, memory and a power budget may
+// deliver less than `threads` times one core's rate.
 #pragma once
 
 namespace kvcheck {
@@ -16,8 +19,12 @@ namespace kvcheck {
 double copy_bandwidth_bytes_per_s();
 double copy_bandwidth_bytes_per_s(int threads);
 double eigen_gemm_flops_per_s();
+double eigen_gemm_flops_per_s(int threads);
 double linear_rows_flops_per_s();
-// max(eigen_gemm_flops_per_s(), linear_rows_flops_per_s()): one thread's compute rate.
+double linear_rows_flops_per_s(int threads);
+// max(eigen_gemm_flops_per_s(t), linear_rows_flops_per_s(t)): the compute rate of t threads
+// (one when not given).
 double compute_flops_per_s();
+double compute_flops_per_s(int threads);
 
 }  // namespace kvcheck

@@ -56,7 +56,7 @@ Roofline roofline(const DecodeStepWork& work, double copy_bytes_per_s, double ge
 
 MachineRates measure_machine_rates(int threads) {
   const int t = std::max(threads, 1);
-  return MachineRates{copy_bandwidth_bytes_per_s(), compute_flops_per_s() * t, t};
+  return MachineRates{copy_bandwidth_bytes_per_s(t), compute_flops_per_s(t), t};
 }
 
 }  // namespace kvcheck

@@ -54,9 +54,10 @@ struct Roofline {
 
 Roofline roofline(const DecodeStepWork& work, double copy_bytes_per_s, double gemm_flops_per_s);
 
-// This machine's two rates for a roofline: bench_baselines.h's copy bandwidth, and its compute
-// rate (the faster of Eigen's GEMM and linear_rows) times `threads` (each measured once per
-// process). The JSON keeps the name gemm_flops_per_s.
+// This machine's two rates for a roofline, both measured on the `threads` threads the engine runs
+// (bench_baselines.h, each once per process): the copy bandwidth split over them, and the compute
+// rate (the faster of Eigen's GEMM and linear_rows) of that many copies running at once. The JSON
+// keeps the name gemm_flops_per_s.
 struct MachineRates {
   double copy_bytes_per_s = 0.0;
   double gemm_flops_per_s = 0.0;

@@ -273,7 +273,7 @@ int run_engine_bench(const BenchArgs& args) {
     rr.achieved = r.tg().mean / rr.predicted_tokens_per_s;
     return rr;
   };
-  fmt::print("\nroofline per decode step: copy bandwidth {:.2f} GB/s, compute {:.1f} GFLOP/s ({} x one thread's faster of Eigen's GEMM and linear_rows), "
+  fmt::print("\nroofline per decode step: copy bandwidth {:.2f} GB/s, compute {:.1f} GFLOP/s (the faster of Eigen's GEMM and linear_rows, {} copies at once; the copy on as many threads), "
              "measured in this run\n",
              machine.copy_bytes_per_s * 1e-9, machine.gemm_flops_per_s * 1e-9, machine.threads);
   fmt::print("{:<20} {:>6} {:>10} {:>9} {:>9} {:>8} {:>8} {:>9} {:>11} {:>10} {:>7}  {}\n", "run", "batch",

@@ -238,7 +238,7 @@ int run_serving_bench(const BenchArgs& args) {
                  : std::string(", --kv-budget"),
              budget / page_bytes, page_bytes, args.max_batch, args.preemption);
   const MachineRates machine = measure_machine_rates(resolved_threads(args.threads));
-  fmt::print("roofline: copy bandwidth {:.2f} GB/s, compute {:.1f} GFLOP/s ({} x one thread's faster of Eigen's GEMM and linear_rows), measured in this run\n\n",
+  fmt::print("roofline: copy bandwidth {:.2f} GB/s, compute {:.1f} GFLOP/s (the faster of Eigen's GEMM and linear_rows, {} copies at once; the copy on as many threads), measured in this run\n\n",
              machine.copy_bytes_per_s * 1e-9, machine.gemm_flops_per_s * 1e-9, machine.threads);
 
   std::vector<ServingResult> results;
