@@ -23,6 +23,11 @@ constexpr std::int64_t kLinearChunk = 64;
 // multiply-adds here), for parallel()'s threshold.
 constexpr std::int64_t kSwigluChunk = 8192;
 constexpr std::int64_t kSwigluWorkPerElement = 32;
+// parallel()'s work for `linear` counts each weight element as this many rows' multiply-adds
+// besides the batch's own: at a small batch the step streams the weights from memory, and an
+// element's 2 or 4 bytes take about as long as 4 multiply-adds, so a 896 x 896 projection at
+// batch 1 (1.6 MB of bf16) is worth both cores while a 128 x 896 one is not.
+constexpr std::int64_t kWeightReadRows = 4;
 // Batch rows per task of `linear`: each weight row is read once per block.
 constexpr std::int64_t kLinearRowBlock = 16;
 // Output columns per GEMM of `linear_prefill`.
@@ -109,7 +114,7 @@ void CpuBackend::linear(const DenseWeight& w, std::span<const float> x, std::int
     const std::int64_t r0 = (task % blocks) * kLinearRowBlock;
     const std::int64_t a = (task / blocks) * kLinearChunk;
     linear_rows(linear_args(w, x, r0, std::min(kLinearRowBlock, rows - r0), y, a, std::min(a + kLinearChunk, out)));
-  }, rows * out * in);
+  }, (rows + kWeightReadRows) * out * in);
 }
 
 void CpuBackend::linear_prefill(const DenseWeight& w, std::span<const float> x, std::int64_t rows,
