@@ -5,12 +5,14 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 namespace kvcheck {
@@ -56,21 +58,34 @@ double copy_bandwidth_bytes_per_s(int threads) {
 
 namespace {
 
-// `threads` copies of one kernel run at once, each on its own operands (as the engine's threads
-// each work on their own rows of a weight): FLOPs of all of them over the wall time, best of 3.
-// make() builds one copy's state and returns the callable that runs it once.
+// `threads` copies of one kernel run at once, each on its own operands and thread (as the
+// engine's threads each work on their own rows of a weight), started together; each copy's best
+// of `repeats` rounds, its FLOPs over that time, summed over the copies. The threads are made
+// before the clock starts, and one slow round on a shared machine says little where the best of
+// many says what the cores give when they are the run's. make() builds one copy's state and
+// returns the callable that runs it once.
 template <typename Make>
-double concurrent_flops_per_s(int threads, double flops_per_run, Make&& make) {
+double concurrent_flops_per_s(int threads, int repeats, double flops_per_run, Make&& make) {
   threads = std::max(threads, 1);
   std::vector<decltype(make())> runs;
   for (int t = 0; t < threads; ++t) runs.push_back(make());
-  const auto all = [&] {
-    parallel_for_chunks(threads, threads, 1, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t t = begin; t < end; ++t) runs[static_cast<std::size_t>(t)]();
-    });
+  std::vector<double> best(static_cast<std::size_t>(threads));
+  std::atomic<int> ready{0};
+  const auto work = [&](int t) {
+    auto& run = runs[static_cast<std::size_t>(t)];
+    run();  // warm-up
+    ready.fetch_add(1);
+    while (ready.load() < threads) {
+    }
+    best[static_cast<std::size_t>(t)] = best_seconds(repeats, run);
   };
-  all();  // warm-up
-  return static_cast<double>(threads) * flops_per_run / best_seconds(3, all);
+  std::vector<std::thread> others;
+  for (int t = 1; t < threads; ++t) others.emplace_back(work, t);
+  work(0);
+  for (std::thread& th : others) th.join();
+  double rate = 0.0;
+  for (const double b : best) rate += flops_per_run / b;
+  return rate;
 }
 
 // The operands of the two compute rates.
@@ -93,7 +108,7 @@ double eigen_gemm_flops_per_s(int threads) {
   static std::mutex mutex;
   static std::map<int, double> rates;
   return cached(rates, mutex, threads, [](int t) {
-    return concurrent_flops_per_s(t, 2.0 * static_cast<double>(kGemmN * kGemmN * kGemmN), [] {
+    return concurrent_flops_per_s(t, 5, 2.0 * static_cast<double>(kGemmN * kGemmN * kGemmN), [] {
       struct Run {
         std::shared_ptr<Eigen::MatrixXf> a, b, c;
         void operator()() const {
@@ -114,7 +129,7 @@ double linear_rows_flops_per_s(int threads) {
   static std::mutex mutex;
   static std::map<int, double> rates;
   return cached(rates, mutex, threads, [](int t) {
-    return concurrent_flops_per_s(t, 2.0 * static_cast<double>(kLinearRows * kLinearN * kLinearN), [] {
+    return concurrent_flops_per_s(t, 20, 2.0 * static_cast<double>(kLinearRows * kLinearN * kLinearN), [] {
       struct Run {
         std::shared_ptr<std::vector<float>> w, x, y;
         void operator()() const {

@@ -4,9 +4,9 @@
 //                    cache), counted as bytes read plus bytes written, best of 5; on one thread,
 //                    or split in contiguous halves (thirds, ...) over `threads` threads, to set
 //                    beside a kernel run on as many;
-//   GEMM rate        Eigen's float GEMM, 1024 x 1024 x 1024, best of 3;
+//   GEMM rate        Eigen's float GEMM, 1024 x 1024 x 1024, best of 5;
 //   linear_rows rate the decode projection kernel (kernels/cpu/dense_ops.h) at the ISA it runs
-//                    on this CPU: 64 rows times a 1024 x 1024 float matrix, best of 3. Eigen is
+//                    on this CPU: 64 rows times a 1024 x 1024 float matrix, best of 20. Eigen is
 //                    built for baseline x86-64, so on an AVX-512 CPU linear_rows can outrun it;
 //                    the rooflines take the faster of the two.
 // The two compute rates on one thread, or as `threads` copies running at once, each on its own
