@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
-#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -29,16 +28,24 @@ double best_seconds(int repeats, F&& f) {
   return best;
 }
 
-}  // namespace
+// One baseline's rate per thread count, measured the first time it is asked for (under the lock,
+// so two callers never measure at once) and kept for the process.
+class RateCache {
+ public:
+  template <typename Measure>
+  double get(int threads, Measure&& measure) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    threads = std::max(threads, 1);
+    if (const auto it = rates_.find(threads); it != rates_.end()) return it->second;
+    return rates_[threads] = measure(threads);
+  }
 
-double copy_bandwidth_bytes_per_s() { return copy_bandwidth_bytes_per_s(1); }
+ private:
+  std::mutex mutex_;
+  std::map<int, double> rates_;
+};
 
-double copy_bandwidth_bytes_per_s(int threads) {
-  static std::mutex mutex;
-  static std::map<int, double> rates;
-  const std::lock_guard<std::mutex> lock(mutex);
-  threads = std::max(threads, 1);
-  if (const auto it = rates.find(threads); it != rates.end()) return it->second;
+double measure_copy(int threads) {
   constexpr std::size_t kBytes = std::size_t{256} << 20;
   std::vector<char> a(kBytes, 1), b(kBytes, 2);
   const auto copy = [&] {
@@ -52,8 +59,16 @@ double copy_bandwidth_bytes_per_s(int threads) {
     asm volatile("" : : "r"(b.data()) : "memory");
   };
   copy();  // fault every page in first
-  const double s = best_seconds(5, copy);
-  return rates[threads] = 2.0 * static_cast<double>(kBytes) / s;
+  return 2.0 * static_cast<double>(kBytes) / best_seconds(5, copy);
+}
+
+}  // namespace
+
+double copy_bandwidth_bytes_per_s() { return copy_bandwidth_bytes_per_s(1); }
+
+double copy_bandwidth_bytes_per_s(int threads) {
+  static RateCache rates;
+  return rates.get(threads, measure_copy);
 }
 
 namespace {
@@ -92,33 +107,23 @@ double concurrent_flops_per_s(int threads, int repeats, double flops_per_run, Ma
 constexpr Eigen::Index kGemmN = 1024;
 constexpr std::int64_t kLinearRows = 64, kLinearN = 1024;
 
-template <typename Measure>
-double cached(std::map<int, double>& rates, std::mutex& mutex, int threads, Measure&& measure) {
-  const std::lock_guard<std::mutex> lock(mutex);
-  threads = std::max(threads, 1);
-  if (const auto it = rates.find(threads); it != rates.end()) return it->second;
-  return rates[threads] = measure(threads);
-}
-
 }  // namespace
 
 double eigen_gemm_flops_per_s() { return eigen_gemm_flops_per_s(1); }
 
 double eigen_gemm_flops_per_s(int threads) {
-  static std::mutex mutex;
-  static std::map<int, double> rates;
-  return cached(rates, mutex, threads, [](int t) {
+  static RateCache rates;
+  return rates.get(threads, [](int t) {
     return concurrent_flops_per_s(t, 5, 2.0 * static_cast<double>(kGemmN * kGemmN * kGemmN), [] {
       struct Run {
-        std::shared_ptr<Eigen::MatrixXf> a, b, c;
-        void operator()() const {
-          c->noalias() = *a * *b;
-          asm volatile("" : : "r"(c->data()) : "memory");
+        Eigen::MatrixXf a, b, c;
+        void operator()() {
+          c.noalias() = a * b;
+          asm volatile("" : : "r"(c.data()) : "memory");
         }
       };
-      return Run{std::make_shared<Eigen::MatrixXf>(Eigen::MatrixXf::Random(kGemmN, kGemmN)),
-                 std::make_shared<Eigen::MatrixXf>(Eigen::MatrixXf::Random(kGemmN, kGemmN)),
-                 std::make_shared<Eigen::MatrixXf>(kGemmN, kGemmN)};
+      return Run{Eigen::MatrixXf::Random(kGemmN, kGemmN), Eigen::MatrixXf::Random(kGemmN, kGemmN),
+                 Eigen::MatrixXf(kGemmN, kGemmN)};
     });
   });
 }
@@ -126,23 +131,22 @@ double eigen_gemm_flops_per_s(int threads) {
 double linear_rows_flops_per_s() { return linear_rows_flops_per_s(1); }
 
 double linear_rows_flops_per_s(int threads) {
-  static std::mutex mutex;
-  static std::map<int, double> rates;
-  return cached(rates, mutex, threads, [](int t) {
+  static RateCache rates;
+  return rates.get(threads, [](int t) {
     return concurrent_flops_per_s(t, 20, 2.0 * static_cast<double>(kLinearRows * kLinearN * kLinearN), [] {
       struct Run {
-        std::shared_ptr<std::vector<float>> w, x, y;
-        void operator()() const {
-          linear_rows(packed_linear_args(w->data(), WeightDType::kF32, kLinearN, kLinearN, nullptr, x->data(), y->data(),
+        std::vector<float> w, x, y;
+        void operator()() {
+          linear_rows(packed_linear_args(w.data(), WeightDType::kF32, kLinearN, kLinearN, nullptr, x.data(), y.data(),
                                          kLinearRows));
-          asm volatile("" : : "r"(y->data()) : "memory");
+          asm volatile("" : : "r"(y.data()) : "memory");
         }
       };
-      Run r{std::make_shared<std::vector<float>>(static_cast<std::size_t>(kLinearN * kLinearN)),
-            std::make_shared<std::vector<float>>(static_cast<std::size_t>(kLinearRows * kLinearN)),
-            std::make_shared<std::vector<float>>(static_cast<std::size_t>(kLinearRows * kLinearN))};
-      for (std::size_t i = 0; i < r.w->size(); ++i) (*r.w)[i] = static_cast<float>(i % 7) * 0.25f - 0.75f;
-      for (std::size_t i = 0; i < r.x->size(); ++i) (*r.x)[i] = static_cast<float>(i % 5) * 0.5f - 1.0f;
+      Run r{std::vector<float>(static_cast<std::size_t>(kLinearN * kLinearN)),
+            std::vector<float>(static_cast<std::size_t>(kLinearRows * kLinearN)),
+            std::vector<float>(static_cast<std::size_t>(kLinearRows * kLinearN))};
+      for (std::size_t i = 0; i < r.w.size(); ++i) r.w[i] = static_cast<float>(i % 7) * 0.25f - 0.75f;
+      for (std::size_t i = 0; i < r.x.size(); ++i) r.x[i] = static_cast<float>(i % 5) * 0.5f - 1.0f;
       return r;
     });
   });
