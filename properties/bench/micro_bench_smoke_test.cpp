@@ -45,11 +45,11 @@ void expect_counters(const json& j, const std::vector<std::string>& counters, st
 
 TEST(MicroBenchSmoke, AttentionAndProjectionReportRatesAndRatios) {
   const json j = run_bench("kvcheck_bench_attention",
-                           "BM_DecodeAttention/K8V4$|BM_DecodeAttention/K8V4/threads:|BM_LinearRows/32/128/384$|"
-                           "BM_PrefillAttention/512$");
+                           "BM_DecodeAttention/K8V4$|BM_DecodeAttention/K8V4/threads:|BM_DecodeAttentionCached/K8V4$|"
+                           "BM_LinearRows/32/128/384$|BM_PrefillAttention/512$");
   // The decode rows run again on every core (at most 32) when the machine has more than one.
   const bool threaded = std::thread::hardware_concurrency() > 1;
-  ASSERT_EQ(j.at("benchmarks").size(), threaded ? 4u : 3u) << j.dump(1);
+  ASSERT_EQ(j.at("benchmarks").size(), threaded ? 5u : 4u) << j.dump(1);
   if (threaded) {
     const std::string name = "BM_DecodeAttention/K8V4/threads:" +
                              std::to_string(std::min(std::thread::hardware_concurrency(), 32U)) + "/real_time";
@@ -59,7 +59,9 @@ TEST(MicroBenchSmoke, AttentionAndProjectionReportRatesAndRatios) {
   }
   for (const json& b : j.at("benchmarks")) {
     const std::string name = b.at("name");
-    if (name.rfind("BM_DecodeAttention", 0) == 0) {
+    if (name.rfind("BM_DecodeAttentionCached", 0) == 0) {
+      expect_counters(json{{"benchmarks", {b}}}, {"bytes_per_second", "ns_per_slot"}, 1);
+    } else if (name.rfind("BM_DecodeAttention", 0) == 0) {
       expect_counters(json{{"benchmarks", {b}}}, {"bytes_per_second", "vs_copy_bw", "stored_MiB"}, 1);
       // K8V4 at head_dim 128: 128 + 4 key bytes and 64 + 4 value bytes per token and head.
       EXPECT_DOUBLE_EQ(b.at("bytes_per_token_head").get<double>(), 200.0);
