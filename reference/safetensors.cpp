@@ -10,7 +10,6 @@
 #include "reference/safetensors.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -31,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "reference/errors.h"
+#include "reference/mapped_file.h"
 
 namespace kvcheck {
 
@@ -51,40 +51,6 @@ struct Entry {
   std::uint64_t end;
 };
 
-// A read-only private mapping of a whole file, unmapped on destruction.
-class Mapping {
- public:
-  Mapping() = default;
-  Mapping(void* address, std::size_t size) : address_(address), size_(size) {}
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-  ~Mapping() {
-    if (address_ != nullptr) ::munmap(address_, size_);
-  }
-
-  const std::byte* data() const { return static_cast<const std::byte*>(address_); }
-  std::size_t size() const { return size_; }
-
- private:
-  void* address_ = nullptr;
-  std::size_t size_ = 0;
-};
-
-// Closes a file descriptor on scope exit.
-class FileDescriptor {
- public:
-  explicit FileDescriptor(int fd) : fd_(fd) {}
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  ~FileDescriptor() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 std::string errno_message() { return std::strerror(errno); }
 
 std::string shape_string(const std::vector<std::int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
@@ -99,7 +65,7 @@ std::uint64_t read_u64_le(const std::byte* p) {
 
 struct SafetensorsFile::Impl {
   std::filesystem::path path;
-  std::unique_ptr<Mapping> mapping;
+  std::unique_ptr<MappedFile> mapping;
   const std::byte* data = nullptr;  // start of the data region
   std::uint64_t data_size = 0;
   std::map<std::string, Entry, std::less<>> tensors;
@@ -111,23 +77,7 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // Reading
 
-std::unique_ptr<Mapping> map_file(const std::filesystem::path& path) {
-  const std::string file = path.string();
-  const FileDescriptor fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) throw input_error(file, "file", "cannot open: {}", errno_message());
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) throw input_error(file, "file", "cannot stat: {}", errno_message());
-  if (!S_ISREG(st.st_mode)) throw input_error(file, "file", "not a regular file");
-  const auto size = static_cast<std::size_t>(st.st_size);
-  if (size < 8) {
-    throw input_error(file, "header length", "file is {} bytes, shorter than the 8-byte header length", size);
-  }
-  void* address = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
-  if (address == MAP_FAILED) throw input_error(file, "file", "cannot mmap: {}", errno_message());
-  return std::make_unique<Mapping>(address, size);
-}
-
-json parse_header(const std::string& file, const Mapping& mapping) {
+json parse_header(const std::string& file, const MappedFile& mapping) {
   const std::uint64_t header_size = read_u64_le(mapping.data());
   const std::uint64_t file_size = mapping.size();
   if (header_size > kMaxHeaderBytes) {
@@ -384,7 +334,7 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
   auto impl = std::make_unique<Impl>();
   impl->path = path;
   const std::string file = path.string();
-  impl->mapping = map_file(path);
+  impl->mapping = MappedFile::open(path, 8, "header length");
   const json header = parse_header(file, *impl->mapping);
   const std::uint64_t data_start = 8 + read_u64_le(impl->mapping->data());
   impl->data = impl->mapping->data() + data_start;

