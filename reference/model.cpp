@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include "reference/errors.h"
+#include "reference/gguf.h"
+#include "reference/gguf_model.h"
 #include "reference/layers.h"
 #include "reference/safetensors.h"
 
@@ -14,6 +16,10 @@ KVCache::KVCache(const ModelConfig& config, std::int64_t capacity) : capacity_(c
 }
 
 ReferenceModel ReferenceModel::load(const std::filesystem::path& dir, const LoadOptions& options) {
+  if (is_gguf_file(dir)) {
+    GgufModel model = load_gguf_model(dir);
+    return ReferenceModel(std::move(model.config), std::move(model.tensors), dir.string(), options);
+  }
   const std::filesystem::path config_file = dir / "config.json";
   ModelConfig config = load_config(config_file);
   auto checkpoint = std::make_shared<const Checkpoint>(Checkpoint::open(dir));

@@ -71,8 +71,9 @@ struct LoadOptions {
 
 class ReferenceModel {
  public:
-  // Reads DIR/config.json and DIR/model.safetensors (or the sharded index) and validates every
-  // tensor against the config. InputError naming the file and field/tensor on any problem.
+  // Reads DIR/config.json and DIR/model.safetensors (or the sharded index), or a GGUF file
+  // (reference/gguf_model.h), and validates every tensor against the config. InputError naming
+  // the file and field/tensor on any problem.
   static ReferenceModel load(const std::filesystem::path& dir, const LoadOptions& options = {});
 
   ReferenceModel(ModelConfig config, std::shared_ptr<const TensorSource> weights, std::string origin,

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 
 #include "reference/errors.h"
+#include "reference/gguf.h"
+#include "reference/gguf_model.h"
 #include "reference/tokenizer_backend.h"
 
 namespace kvcheck {
@@ -17,12 +19,21 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::load(const std::filesystem::path& file) {
+  if (is_gguf_file(file)) {
+    GgufTokenizer tok = gguf_tokenizer(GgufFile::open(file));
+    return Tokenizer(file, make_tokenizer_json_backend(tok.tokenizer_json, file.string(), tok.bos_id, tok.eos_id, "gguf"));
+  }
   if (file.extension() == ".json") return Tokenizer(file, load_tokenizer_json_backend(file));
   return Tokenizer(file, load_sentencepiece_backend(file));
 }
 
 std::optional<std::filesystem::path> Tokenizer::find_file(const std::filesystem::path& model_dir) {
   if (model_dir.empty()) return std::nullopt;
+  if (is_gguf_file(model_dir)) {
+    // A GGUF file is its own tokenizer when it carries one.
+    if (GgufFile::open(model_dir).find("tokenizer.ggml.model") == nullptr) return std::nullopt;
+    return model_dir;
+  }
   std::error_code ec;
   for (const char* name : {"tokenizer.json", "tokenizer.model"}) {
     const std::filesystem::path file = model_dir / name;

@@ -18,11 +18,13 @@ class TokenizerBackend;
 
 class Tokenizer {
  public:
-  // Loads a tokenizer file: a tokenizer.json (any file named *.json) or a SentencePiece model.
+  // Loads a tokenizer file: a GGUF model's tokenizer.ggml.* keys (any file starting with the GGUF
+  // magic), a tokenizer.json (any file named *.json) or a SentencePiece model.
   // InputError naming the file when it is missing or invalid.
   static Tokenizer load(const std::filesystem::path& file);
   // The tokenizer of a model directory: DIR/tokenizer.json when present (what transformers'
-  // AutoTokenizer loads by default), else DIR/tokenizer.model, else nullopt.
+  // AutoTokenizer loads by default), else DIR/tokenizer.model, else nullopt. For a GGUF file,
+  // the file itself when it has tokenizer.ggml.* keys.
   static std::optional<Tokenizer> find(const std::filesystem::path& model_dir);
   // The file find() would load, or nullopt.
   static std::optional<std::filesystem::path> find_file(const std::filesystem::path& model_dir);
@@ -43,7 +45,7 @@ class Tokenizer {
   std::int32_t eos_id() const;  // -1 when the model has none
   std::int32_t vocab_size() const;
   const std::filesystem::path& path() const;
-  std::string_view format() const;  // "sentencepiece" or "tokenizer.json"
+  std::string_view format() const;  // "sentencepiece", "tokenizer.json" or "gguf"
 
  private:
   Tokenizer(std::filesystem::path path, std::unique_ptr<TokenizerBackend> backend);

@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace kvcheck {
 
 class TokenizerBackend {
@@ -25,7 +27,7 @@ class TokenizerBackend {
   virtual std::int32_t bos_id() const = 0;  // -1: none
   virtual std::int32_t eos_id() const = 0;  // -1: none
   virtual std::int32_t vocab_size() const = 0;
-  // "sentencepiece" or "tokenizer.json"
+  // "sentencepiece", "tokenizer.json" or "gguf"
   virtual std::string_view format() const = 0;
 };
 
@@ -33,5 +35,11 @@ std::unique_ptr<TokenizerBackend> load_sentencepiece_backend(const std::filesyst
 // `file` is a tokenizer.json; tokenizer_config.json and generation_config.json are read from
 // the same directory when present.
 std::unique_ptr<TokenizerBackend> load_tokenizer_json_backend(const std::filesystem::path& file);
+// A tokenizer.json held in memory (reference/gguf_model.cpp builds one from a GGUF file's
+// metadata); `origin` names it in errors, bos_id / eos_id are -1 when the model has none, and
+// format() returns `format`.
+std::unique_ptr<TokenizerBackend> make_tokenizer_json_backend(const nlohmann::json& root, const std::string& origin,
+                                                              std::int32_t bos_id, std::int32_t eos_id,
+                                                              const std::string& format);
 
 }  // namespace kvcheck

@@ -128,8 +128,15 @@ class AddedTokenMatcher {
 
 class TokenizerJsonBackend final : public TokenizerBackend {
  public:
-  explicit TokenizerJsonBackend(const std::filesystem::path& file) : origin_(file.string()) {
-    const json root = read_json(file, "tokenizer.json");
+  explicit TokenizerJsonBackend(const std::filesystem::path& file)
+      : TokenizerJsonBackend(read_json(file, "tokenizer.json"), file.string(), "tokenizer.json") {
+    read_configs(file.parent_path());
+  }
+
+  // A tokenizer.json held in memory (one built from a GGUF file's metadata): no config files
+  // beside it; the caller names BOS and EOS.
+  TokenizerJsonBackend(const json& root, std::string origin, std::string format)
+      : origin_(std::move(origin)), format_(std::move(format)) {
     if (!root.is_object()) throw input_error(origin_, "tokenizer.json", "the top level must be a JSON object");
     auto field = [&](const char* key) -> const json& {
       static const json null_value;
@@ -156,7 +163,11 @@ class TokenizerJsonBackend final : public TokenizerBackend {
     read_added_tokens(field("added_tokens"));
     build_id_table();
     read_post_processor(field("post_processor"), "post_processor", prefix_, suffix_);
-    read_configs(file.parent_path());
+  }
+
+  void set_special_ids(std::int32_t bos, std::int32_t eos) {
+    bos_id_ = bos;
+    eos_id_ = eos;
   }
 
   std::vector<std::int32_t> encode(std::string_view text, bool add_bos) const override {
@@ -215,7 +226,7 @@ class TokenizerJsonBackend final : public TokenizerBackend {
   std::int32_t bos_id() const override { return bos_id_; }
   std::int32_t eos_id() const override { return eos_id_; }
   std::int32_t vocab_size() const override { return static_cast<std::int32_t>(id_to_token_.size()); }
-  std::string_view format() const override { return "tokenizer.json"; }
+  std::string_view format() const override { return format_; }
 
  private:
   void read_added_tokens(const json& list) {
@@ -452,6 +463,7 @@ class TokenizerJsonBackend final : public TokenizerBackend {
   }
 
   std::string origin_;
+  std::string format_;
   std::unique_ptr<tokjson::BpeModel> bpe_;
   std::unique_ptr<tokjson::Normalizer> normalizer_;
   std::unique_ptr<tokjson::PreTokenizer> pre_tokenizer_;
@@ -472,6 +484,14 @@ class TokenizerJsonBackend final : public TokenizerBackend {
 
 std::unique_ptr<TokenizerBackend> load_tokenizer_json_backend(const std::filesystem::path& file) {
   return std::make_unique<TokenizerJsonBackend>(file);
+}
+
+std::unique_ptr<TokenizerBackend> make_tokenizer_json_backend(const nlohmann::json& root, const std::string& origin,
+                                                              std::int32_t bos_id, std::int32_t eos_id,
+                                                              const std::string& format) {
+  auto backend = std::make_unique<TokenizerJsonBackend>(root, origin, format);
+  backend->set_special_ids(bos_id, eos_id);
+  return backend;
 }
 
 }  // namespace kvcheck

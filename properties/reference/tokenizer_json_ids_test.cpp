@@ -59,14 +59,8 @@ std::string show(const std::vector<std::int32_t>& ids) {
   return s + "]";
 }
 
-void check_against_transformers_js(const std::string& name) {
-  const auto dir = testing::fixture_tokenizer_dir(name);
-  if (dir.empty()) {
-    GTEST_SKIP() << name << "'s tokenizer.json is not redistributed here; fetch it with: "
-                 << "datasets/tokenizers/fetch.sh (ci/install-deps.sh runs it) "
-                 << "(or put it in $KVCHECK_TOKENIZERS/" << name << "/)";
-  }
-  const Tokenizer tok = Tokenizer::load(dir / "tokenizer.json");
+// `tok` against expected/<name>.jsonl, written by `oracle`.
+void check_ids(const Tokenizer& tok, const std::string& name, const std::string& oracle) {
   const auto inputs = strings();
   const auto want = expected(name);
   ASSERT_EQ(inputs.size(), want.size()) << "strings.jsonl and expected/" << name << ".jsonl differ in length";
@@ -78,25 +72,43 @@ void check_against_transformers_js(const std::string& name) {
     const auto ids = tok.encode(text, false);
     if (ids != e.ids && ++id_failures <= 5) {
       ADD_FAILURE() << name << " string " << i << " " << nlohmann::json(text).dump() << "\n kvcheck: " << show(ids)
-                    << "\n transformers.js: " << show(e.ids);
+                    << "\n " << oracle << ": " << show(e.ids);
     }
     std::vector<std::int32_t> with = e.prefix;
     with.insert(with.end(), e.ids.begin(), e.ids.end());
     with.insert(with.end(), e.suffix.begin(), e.suffix.end());
     if (tok.encode(text, true) != with && ++special_failures <= 5) {
       ADD_FAILURE() << name << " string " << i << " with special tokens: " << show(tok.encode(text, true))
-                    << " vs transformers.js " << show(with);
+                    << " vs " << oracle << " " << show(with);
     }
     const std::string decoded = tok.decode(e.ids);
     const std::string& want_text = e.decoded_is_input ? text : e.decoded;
     if (decoded != want_text && ++decode_failures <= 5) {
       ADD_FAILURE() << name << " string " << i << " decoded " << nlohmann::json(decoded).dump()
-                    << " vs transformers.js " << nlohmann::json(want_text).dump();
+                    << " vs " << oracle << " " << nlohmann::json(want_text).dump();
     }
   }
-  EXPECT_EQ(id_failures, 0) << "strings whose ids differ from transformers.js (of " << inputs.size() << ")";
+  EXPECT_EQ(id_failures, 0) << "strings whose ids differ from " << oracle << " (of " << inputs.size() << ")";
   EXPECT_EQ(special_failures, 0) << "strings whose add_special_tokens ids differ";
   EXPECT_EQ(decode_failures, 0) << "strings whose decode differs";
+}
+
+void check_against_transformers_js(const std::string& name) {
+  const auto dir = testing::fixture_tokenizer_dir(name);
+  if (dir.empty()) {
+    GTEST_SKIP() << name << "'s tokenizer.json is not redistributed here; fetch it with: "
+                 << "datasets/tokenizers/fetch.sh (ci/install-deps.sh runs it) "
+                 << "(or put it in $KVCHECK_TOKENIZERS/" << name << "/)";
+  }
+  check_ids(Tokenizer::load(dir / "tokenizer.json"), name, "transformers.js");
+}
+
+// The tokenizer a GGUF file's metadata describes, against llama.cpp's own tokenizer on the same
+// file (datasets/tokenizers/make_expected_llamacpp.py, llama-cpp-python).
+TEST(TokenizerJsonIds, SmolLm2GgufMatchesLlamaCpp) {
+  const std::filesystem::path model = testing::smollm2_gguf();
+  if (model.empty()) GTEST_SKIP() << testing::kSmolLm2Missing;
+  check_ids(Tokenizer::load(model), "smollm2-gguf", "llama.cpp");
 }
 
 TEST(TokenizerJsonIds, Qwen3MatchesTransformersJs) { check_against_transformers_js("qwen3"); }
