@@ -144,7 +144,7 @@ void add_bench(CLI::App& app, BenchArgs& args) {
   cmd->add_flag("--engine", args.engine,
                 "Generation speed of the optimized engine at batch 1 and at --batch against the reference at "
                 "batch 1, measured side by side in this run");
-  cmd->add_option("--model", args.model, "--engine, --workload: model directory (default: the embedded model)");
+  cmd->add_option("--model", args.model, "--engine, --workload: model directory or GGUF file (default: the embedded model)");
   cmd->add_option("--policy", args.policy, "--engine: KV policy")->capture_default_str();
   cmd->add_option("--prompt-tokens", args.prompt_tokens, "--engine: tokens per prompt")
       ->capture_default_str()

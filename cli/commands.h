@@ -21,6 +21,7 @@ std::string version_string();
 struct GenerateArgs {
   std::string model;
   std::string prompt;
+  std::string chat;  // one user message, rendered with the model's chat template
   std::string ids;  // "1,2,3"; parsed by parse_token_ids
   std::int64_t max_new_tokens = 16;
   std::string dump_logits;
@@ -128,6 +129,7 @@ int run_compare(const CompareArgs& args);
 
 struct MakeModelArgs {
   bool random = false;
+  std::string from_gguf;  // convert this GGUF file instead of drawing random weights
   std::string family = "llama";
   std::int64_t layers = 2;
   std::int64_t hidden = 64;

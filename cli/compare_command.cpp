@@ -63,7 +63,7 @@ void check_flags(const CompareArgs& a) {
 void add_compare(CLI::App& app, CompareArgs& args) {
   CLI::App* cmd = app.add_subcommand("compare", "Hold another engine's outputs on exported items to the reference, with the "
                                                 "report's metrics, files and baseline gate");
-  cmd->add_option("--model", args.model, "Model directory (default: the embedded model)");
+  cmd->add_option("--model", args.model, "Model directory or GGUF file (default: the embedded model)");
   cmd->add_option("--items", args.items, "Items file written by kvcheck export")->required();
   cmd->add_option("--engine-output", args.engine_outputs,
                   "An engine's outputs: a directory of ITEM_ID.npy (+ *.jsonl), a .safetensors or a top-k .jsonl (repeatable)");

@@ -32,6 +32,7 @@
 #include "oracles/eval_perplexity.h"
 #include "oracles/eval_retrieval.h"
 #include "reference/errors.h"
+#include "reference/gguf.h"
 #include "reference/model.h"
 #include "reference/tokenizer.h"
 
@@ -80,7 +81,7 @@ AttentionOutcome run_attention(const ReferenceModel& model, const Tokenizer& tok
 void add_eval(CLI::App& app, EvalArgs& args) {
   CLI::App* cmd = app.add_subcommand(
       "eval", "Perplexity, retrieval accuracy and attention structure of the reference model (default: the embedded model)");
-  cmd->add_option("--model", args.model, "Model directory (default: <datasets>/models/kvcheck-tiny)");
+  cmd->add_option("--model", args.model, "Model directory or GGUF file (default: <datasets>/models/kvcheck-tiny)");
   cmd->add_option("--task", args.task, "What to evaluate")
       ->capture_default_str()
       ->check(CLI::IsMember({"ppl", "retrieval", "attention", "all"}));
@@ -109,8 +110,8 @@ int run_eval(const EvalArgs& args) {
   const bool do_attention = all || args.task == "attention";
 
   std::error_code ec;
-  if (!std::filesystem::exists(dir / "config.json", ec)) {
-    throw input_error((dir / "config.json").string(), "--model", "not found: {} is not a model directory{}",
+  if (!is_gguf_file(dir) && !std::filesystem::exists(dir / "config.json", ec)) {
+    throw input_error((dir / "config.json").string(), "--model", "not found: {} is not a model directory or a GGUF file{}",
                       dir.string(),
                       default_model ? " (the embedded default model; pass --model DIR or set KVCHECK_DATASETS)" : "");
   }

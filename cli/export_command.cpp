@@ -20,7 +20,7 @@ namespace kvcheck::cli {
 void add_export(CLI::App& app, ReportArgs& args) {
   CLI::App* cmd = app.add_subcommand("export", "Write the report's held-out windows and retrieval items as token ids (JSONL) "
                                                "for another engine to run (see kvcheck compare)");
-  cmd->add_option("--model", args.model, "Model directory (default: the embedded model)");
+  cmd->add_option("--model", args.model, "Model directory or GGUF file (default: the embedded model)");
   cmd->add_option("--out", args.out, "Items file to write (JSONL)")->required();
   cmd->add_flag("--quick", args.quick, "The test gate's size: 2 prompts x (64 + 32) tokens, 12 retrieval items");
   cmd->add_option("--prompts", args.prompts, "Held-out windows (default 8; --quick 2)");

@@ -17,6 +17,7 @@
 #include "cli/engine_options.h"
 #include "cli/output_file.h"
 #include "optimized/engine.h"
+#include "reference/chat_template.h"
 #include "reference/errors.h"
 #include "reference/generate.h"
 #include "reference/model.h"
@@ -28,12 +29,18 @@ namespace kvcheck::cli {
 void add_generate(CLI::App& app, GenerateArgs& args) {
   CLI::App* cmd = app.add_subcommand("generate", "Greedy generation with the reference transformer or the optimized engine");
   cmd->add_option("--model", args.model,
-                  "Model directory (config.json, model.safetensors, optional tokenizer); default: the embedded model "
+                  "Model directory (config.json, model.safetensors, optional tokenizer) or GGUF file; default: the embedded model "
                   "<datasets>/models/kvcheck-tiny");
   auto* prompt = cmd->add_option("--prompt", args.prompt, "Prompt text (needs the model's tokenizer: DIR/tokenizer.json or DIR/tokenizer.model)");
   auto* ids = cmd->add_option("--ids", args.ids, "Prompt token ids, comma-separated");
+  auto* chat = cmd->add_option("--chat", args.chat,
+                               "One user message, rendered with the model's chat template (a GGUF file's "
+                               "tokenizer.chat_template or DIR/tokenizer_config.json's; ChatML templates) and "
+                               "tokenized without an added BOS");
   prompt->excludes(ids);
   ids->excludes(prompt);
+  chat->excludes(prompt);
+  chat->excludes(ids);
   auto* max_new = cmd->add_option("--max-new-tokens", args.max_new_tokens, "Tokens to generate")
                       ->capture_default_str()
                       ->check(CLI::NonNegativeNumber);
@@ -143,8 +150,8 @@ int run_generate(const GenerateArgs& args) {
   const std::filesystem::path dir =
       args.model.empty() ? datasets_dir() / "models" / "kvcheck-tiny" : std::filesystem::path(args.model);
   const std::vector<std::int64_t> ids = parse_token_ids(args.ids);
-  if (args.prompt.empty() && ids.empty()) {
-    throw input_error("request", "prompt", "empty prompt: give --prompt TEXT or --ids 1,2,3");
+  if (args.prompt.empty() && ids.empty() && args.chat.empty()) {
+    throw input_error("request", "prompt", "empty prompt: give --prompt TEXT, --chat TEXT or --ids 1,2,3");
   }
   // Outputs and inputs checked before any model work.
   if (!args.dump_logits.empty()) check_output_file(args.dump_logits, "--dump-logits");
@@ -154,7 +161,16 @@ int run_generate(const GenerateArgs& args) {
   const std::optional<Tokenizer> tokenizer = Tokenizer::find(dir);
 
   std::vector<std::int32_t> prompt;
-  if (!args.prompt.empty()) {
+  if (!args.chat.empty()) {
+    if (!tokenizer) throw input_error(dir.string(), "tokenizer", "--chat needs the model's tokenizer");
+    const std::optional<std::string> chat_template = find_chat_template(dir);
+    if (!chat_template) {
+      throw input_error(dir.string(), "chat template",
+                        "--chat needs a chat template (GGUF tokenizer.chat_template or tokenizer_config.json "
+                        "chat_template); give the rendered prompt with --prompt");
+    }
+    prompt = tokenizer->encode(render_chat(*chat_template, {{"user", args.chat}}, true, dir.string()), false);
+  } else if (!args.prompt.empty()) {
     if (!tokenizer) {
       throw input_error(dir.string(), "tokenizer", "--prompt needs a tokenizer (tokenizer.json or tokenizer.model); use --ids");
     }

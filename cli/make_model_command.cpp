@@ -1,5 +1,7 @@
 // kvcheck make-model: write a random-weight Hugging Face checkpoint, of flags' shape or of a
-// published model's shape (--shape), with a SentencePiece or tokenizer.json tokenizer copied in.
+// published model's shape (--shape), with a SentencePiece or tokenizer.json tokenizer copied in;
+// or (--from-gguf) a GGUF model as a Hugging Face checkpoint: config.json, F32 safetensors (the
+// weights dequantized, Q/K rows in Hugging Face order), tokenizer.json and tokenizer_config.json.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -12,6 +14,8 @@
 #include "cli/commands.h"
 #include "reference/dummy_model.h"
 #include "reference/errors.h"
+#include "reference/gguf.h"
+#include "reference/gguf_model.h"
 #include "reference/random_model.h"
 #include "reference/tokenizer.h"
 
@@ -66,8 +70,11 @@ void plant_outlier_key_channels(const ModelConfig& c, DType dtype, std::int64_t 
 }  // namespace
 
 void add_make_model(CLI::App& app, MakeModelArgs& args) {
-  CLI::App* cmd = app.add_subcommand("make-model", "Write a random-weight HF-format checkpoint");
-  cmd->add_flag("--random", args.random, "Random weights (the only kind for now)")->required();
+  CLI::App* cmd = app.add_subcommand("make-model", "Write a random-weight HF-format checkpoint, or convert a GGUF file to one");
+  CLI::Option* random = cmd->add_flag("--random", args.random, "Random weights");
+  CLI::Option* gguf = cmd->add_option("--from-gguf", args.from_gguf,
+                                      "Convert this GGUF file (weights dequantized to F32, its tokenizer as tokenizer.json)");
+  random->excludes(gguf);
   CLI::Option* shape = cmd->add_option("--shape", args.shape, "A published model's shape, config and bf16 weights (reference/dummy_model.h)")
                            ->check(CLI::IsMember(std::vector<std::string>(dummy_shape_names().begin(),
                                                                           dummy_shape_names().end())));
@@ -88,6 +95,8 @@ void add_make_model(CLI::App& app, MakeModelArgs& args) {
       cmd->add_flag("--tie", args.tie, "Tie the LM head to the embedding"),
   };
   for (CLI::Option* flag : shape_flags) shape->excludes(flag);
+  for (CLI::Option* flag : shape_flags) gguf->excludes(flag);
+  gguf->excludes(shape);
   cmd->add_option("--dtype", args.dtype, "Weight dtype (default f32; bf16 with --shape)")
       ->check(CLI::IsMember({"f32", "f16", "bf16"}));
   CLI::Option* sp = cmd->add_option("--tokenizer", args.tokenizer, "SentencePiece tokenizer.model to copy into the checkpoint");
@@ -106,7 +115,53 @@ void add_make_model(CLI::App& app, MakeModelArgs& args) {
   cmd->add_option("--out", args.out, "Output directory")->required();
 }
 
+namespace {
+
+// make-model --from-gguf: the GGUF model as a Hugging Face directory.
+int convert_gguf(const MakeModelArgs& args) {
+  const std::filesystem::path file = args.from_gguf;
+  if (!is_gguf_file(file)) throw input_error(file.string(), "--from-gguf", "not a GGUF file (no such file, or no GGUF magic)");
+  const GgufModel model = load_gguf_model(file);
+  std::optional<GgufTokenizer> tok;
+  const GgufFile gguf = GgufFile::open(file);
+  if (gguf.find("tokenizer.ggml.model") != nullptr) tok = gguf_tokenizer(gguf);
+  write_model(args.out, model.config, *model.tensors);
+  const std::filesystem::path out = args.out;
+  if (tok) {
+    const auto write_json = [&](const char* name, const nlohmann::json& j) {
+      std::ofstream o(out / name, std::ios::binary | std::ios::trunc);
+      o << j.dump(1) << '\n';
+      if (!o) throw std::runtime_error(fmt::format("{}: write failed", (out / name).string()));
+    };
+    write_json("tokenizer.json", tok->tokenizer_json);
+    nlohmann::json config = nlohmann::json::object();
+    const nlohmann::json& vocab = tok->tokenizer_json["model"]["vocab"];
+    const auto token_text = [&](std::int32_t id) -> nlohmann::json {
+      for (const auto& added : tok->tokenizer_json["added_tokens"]) {
+        if (added["id"] == id) return added["content"];
+      }
+      for (const auto& [text, v] : vocab.items()) {
+        if (v == id) return text;
+      }
+      return nullptr;
+    };
+    if (tok->bos_id >= 0) config["bos_token"] = token_text(tok->bos_id);
+    if (tok->eos_id >= 0) config["eos_token"] = token_text(tok->eos_id);
+    if (model.chat_template) config["chat_template"] = *model.chat_template;
+    write_json("tokenizer_config.json", config);
+  }
+  const ModelConfig& c = model.config;
+  fmt::print("wrote {} from {} (family {}, {} layers, hidden {}, heads {}/{}, head_dim {}, vocab {}, f32{})\n", args.out,
+             file.string(), family_name(c.family), c.num_hidden_layers, c.hidden_size, c.num_attention_heads,
+             c.num_key_value_heads, c.head_dim, c.vocab_size, tok ? ", tokenizer.json" : ", no tokenizer in the file");
+  return 0;
+}
+
+}  // namespace
+
 int run_make_model(const MakeModelArgs& args) {
+  if (!args.from_gguf.empty()) return convert_gguf(args);
+  if (!args.random) throw input_error("make-model", "--random", "give --random (random weights) or --from-gguf FILE");
   const std::string dtype_flag = !args.dtype.empty() ? args.dtype : args.shape.empty() ? "f32" : "bf16";
   ModelConfig c;
   if (!args.shape.empty()) {

@@ -54,8 +54,12 @@ std::string file_hash_of_string(const std::string& text) {
 std::string model_hash(const std::filesystem::path& dir) {
   std::uint64_t h = 0xcbf29ce484222325ULL;
   std::vector<std::filesystem::path> files;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    if (e.is_regular_file()) files.push_back(e.path());
+  if (std::filesystem::is_regular_file(dir)) {
+    files.push_back(dir);  // a GGUF file
+  } else {
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      if (e.is_regular_file()) files.push_back(e.path());
+    }
   }
   std::sort(files.begin(), files.end());
   for (const std::filesystem::path& f : files) {

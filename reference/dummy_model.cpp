@@ -27,7 +27,7 @@ struct Shape {
 constexpr double kLlama3Low = 1.0, kLlama3High = 4.0;
 constexpr std::int64_t kLlama3Original = 8192;
 
-constexpr std::array<Shape, 7> kShapes{{
+constexpr std::array<Shape, 8> kShapes{{
     // name           family               L   hidden heads kv  d    MLP    vocab   context theta    eps   tie    bos     eos   llama3
     {"llama3-8b", ModelFamily::kLlama, 32, 4096, 32, 8, 0, 14336, 128256, 8192, 500000.0, 1e-5, false, 128000, 128001, 0.0},
     {"qwen2.5-7b", ModelFamily::kQwen2, 28, 3584, 28, 4, 0, 18944, 152064, 32768, 1000000.0, 1e-6, false, 151643, 151645, 0.0},
@@ -37,6 +37,8 @@ constexpr std::array<Shape, 7> kShapes{{
     {"qwen2.5-0.5b", ModelFamily::kQwen2, 24, 896, 14, 2, 0, 4864, 151936, 32768, 1000000.0, 1e-6, true, 151643, 151643, 0.0},
     // Qwen/Qwen3-0.6B: head_dim 128 (16 x 128 = 2048 > hidden 1024), tied, q_norm / k_norm.
     {"qwen3-0.6b", ModelFamily::kQwen3, 28, 1024, 16, 8, 128, 3072, 151936, 40960, 1000000.0, 1e-6, true, 151643, 151645, 0.0},
+    // HuggingFaceTB/SmolLM2-135M(-Instruct): tied, 9 query / 3 kv heads of 64, 8K context.
+    {"smollm2-135m", ModelFamily::kLlama, 30, 576, 9, 3, 64, 1536, 49152, 8192, 100000.0, 1e-5, true, 1, 2, 0.0},
     // meta-llama/Llama-3.2-1B: tied, llama3 rope scaling factor 32.
     {"llama3.2-1b", ModelFamily::kLlama, 16, 2048, 32, 8, 64, 8192, 128256, 131072, 500000.0, 1e-5, true, 128000, 128001, 32.0},
 }};

@@ -66,6 +66,9 @@ TEST(DummyModel, SmallRealShapesHaveTheirPublishedParameterCountsInTheWrittenCon
 
   const ModelConfig l32 = written_config("llama3.2-1b");
   EXPECT_EQ(parameters(l32), 1235814400);
+  // SmolLM2-135M: 134,515,008 (tied; the element count of SmolLM2-135M-Instruct.Q4_1.gguf, read
+  // from the file in datasets/gguf/smollm2-dequant.json).
+  EXPECT_EQ(parameters(dummy_shape_config("smollm2-135m")), 134515008);
   EXPECT_EQ(l32.head_dim, 64);
   EXPECT_EQ(l32.rope_theta, 500000.0);
   EXPECT_EQ(l32.rope_scaling.type, RopeScaling::Type::kLlama3);

