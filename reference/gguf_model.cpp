@@ -141,6 +141,7 @@ std::optional<PreTokenizerSpec> pre_tokenizer_spec(const std::string& pre) {
 
 // token_type values (llama.cpp's LLAMA_TOKEN_TYPE_*).
 constexpr std::int64_t kTypeNormal = 1;
+constexpr std::int64_t kTypeUnknown = 2;
 constexpr std::int64_t kTypeControl = 3;
 constexpr std::int64_t kTypeUserDefined = 4;
 constexpr std::int64_t kTypeByte = 6;
@@ -445,14 +446,16 @@ GgufTokenizer gguf_tokenizer(const GgufFile& file) {
   json added = json::array();
   for (std::int64_t id = 0; id < n; ++id) {
     const std::int64_t type = types[static_cast<std::size_t>(id)];
-    if (type != kTypeControl && type != kTypeUserDefined) continue;
+    // llama.cpp matches control and unknown tokens' text as those tokens (parse_special), and
+    // user-defined tokens always.
+    if (type != kTypeControl && type != kTypeUnknown && type != kTypeUserDefined) continue;
     added.push_back({{"id", id},
                      {"content", tokens[static_cast<std::size_t>(id)]},
                      {"single_word", false},
                      {"lstrip", false},
                      {"rstrip", false},
                      {"normalized", false},
-                     {"special", type == kTypeControl}});
+                     {"special", type != kTypeUserDefined}});
   }
   json& root = out.tokenizer_json;
   root = {{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}, {"added_tokens", added}};
@@ -548,7 +551,7 @@ GgufTokenizer gguf_tokenizer(const GgufFile& file) {
     json decoders = json::array({{{"type", "Replace"}, {"pattern", {{"String", "\xE2\x96\x81"}}}, {"content", " "}},
                                  {{"type", "ByteFallback"}},
                                  {{"type", "Fuse"}}});
-    if (add_space_prefix) decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+    if (add_space_prefix) decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1u}, {"stop", 0u}});
     root["decoder"] = {{"type", "Sequence"}, {"decoders", decoders}};
     const bool has_bytes = std::any_of(types.begin(), types.end(), [](std::int64_t t) { return t == kTypeByte; });
     root["model"] = {{"type", "BPE"},
