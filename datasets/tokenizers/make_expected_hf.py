@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""Writes expected/qwen3.jsonl with Hugging Face `tokenizers` (pinned in requirements.txt) from the
+committed qwen3/tokenizer.json, for every input of strings.jsonl.
+
+Line i: {"ids": encode(text_i, add_special_tokens=False), "prefix"/"suffix": what
+encode(text_i, add_special_tokens=True) adds before/after those ids, "decoded":
+decode(ids, skip_special_tokens=True), omitted when it equals text_i}. Same format as the files
+the former make_expected.mjs (transformers.js) wrote. `tokenizers` applies no
+clean_up_tokenization_spaces (Qwen3's tokenizer_config.json sets it false anyway).
+
+Usage (from anywhere):
+  python3 datasets/tokenizers/make_expected_hf.py [--name qwen3] [--out PATH]
+Other tokenizer.json files can be used with --tokenizer DIR/tokenizer.json --name NAME.
+"""
+import argparse
+import json
+import os
+
+from tokenizers import Tokenizer
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def dump(obj):
+    # Compact and non-ASCII kept as is, like JSON.stringify.
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--name", default="qwen3")
+    ap.add_argument("--tokenizer", help="tokenizer.json (default: <here>/<name>/tokenizer.json)")
+    ap.add_argument("--out", help="output (default: <here>/expected/<name>.jsonl)")
+    args = ap.parse_args()
+    tok_path = args.tokenizer or os.path.join(HERE, args.name, "tokenizer.json")
+    out = args.out or os.path.join(HERE, "expected", f"{args.name}.jsonl")
+
+    tok = Tokenizer.from_file(tok_path)
+    with open(os.path.join(HERE, "strings.jsonl"), encoding="utf-8") as f:
+        strings = [json.loads(l) for l in f if l.strip()]
+
+    lines = []
+    for s in strings:
+        # Python str from JSON may hold lone surrogates; tokenizers (Rust) cannot take them.
+        # strings.jsonl has none; fail loudly rather than guess if one ever appears.
+        s.encode("utf-8")
+        ids = tok.encode(s, add_special_tokens=False).ids
+        special = tok.encode(s, add_special_tokens=True).ids
+        decoded = tok.decode(ids, skip_special_tokens=True) if ids else ""
+        # add_special_tokens only ever wraps the ids; check that, then store what it adds.
+        p = len(special) - len(ids)
+        at = next((k for k in range(p + 1) if special[k:k + len(ids)] == ids), -1)
+        if at < 0:
+            raise SystemExit(f"{args.name}: add_special_tokens does not wrap the ids of {s!r}")
+        line = {"ids": ids, "prefix": special[:at], "suffix": special[at + len(ids):]}
+        if decoded != s:
+            line["decoded"] = decoded
+        lines.append(dump(line))
+
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w", encoding="utf-8", newline="\n") as f:
+        f.write("\n".join(lines) + "\n")
+    print(f"{args.name}: {len(strings)} strings -> {out}")
+
+
+if __name__ == "__main__":
+    main()
