@@ -25,7 +25,7 @@ minutes=1
 shards=1
 out=fuzz-out
 property_success=1000
-targets=(safetensors config tokenizer tokenizer_json page_manager scheduler workload_jsonl report_baseline engine_output properties)
+targets=(safetensors gguf config tokenizer tokenizer_json page_manager scheduler workload_jsonl report_baseline engine_output properties)
 while [ $# -gt 0 ]; do
   case "$1" in
     --minutes) minutes=$2; shift 2 ;;

@@ -31,6 +31,12 @@ void replay(const char* name, Target target) {
   EXPECT_GE(inputs, 3) << "the seed corpus of " << name << " is missing";
 }
 
+TEST(FuzzCorpora, GgufInputsRun) {
+  replay("gguf", fuzz::gguf);
+  const std::string scratch = "kvcheck-fuzz-" + std::to_string(::getpid()) + ".gguf";
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::path("/dev/shm") / scratch));
+}
+
 TEST(FuzzCorpora, SafetensorsInputsRun) {
   replay("safetensors", fuzz::safetensors);
   // The target writes each input to a scratch file of this process; none may be left behind.

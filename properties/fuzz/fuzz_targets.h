@@ -41,4 +41,8 @@ int report_baseline(const std::uint8_t* data, std::size_t size);
 // accepted keeps the parsers' promises (engine_output_fuzz.cpp).
 int engine_output(const std::uint8_t* data, std::size_t size);
 
+// A GGUF file (GgufFile::open, every tensor's bytes read, readable types dequantized, then the
+// config, the model and the tokenizer built from its metadata; gguf_fuzz.cpp).
+int gguf(const std::uint8_t* data, std::size_t size);
+
 }  // namespace kvcheck::fuzz
