@@ -9,6 +9,7 @@
 // strategy, budget (0: no eviction), steps, fragmentation {p50, p99, mean}, evictions, copies,
 // copied_slots, copied_bytes, preallocated_blocks, peak_blocks, pool_blocks}].
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <nlohmann/json.hpp>
 
@@ -17,6 +18,7 @@
 #include "cli/output_file.h"
 #include "cli/progress.h"
 #include "optimized/fragmentation_workload.h"
+#include "reference/dummy_model.h"
 #include "reference/errors.h"
 
 namespace kvcheck::cli {
@@ -135,7 +137,7 @@ void add_bench(CLI::App& app, BenchArgs& args) {
   cmd->add_option("--device", args.device, "--workload: cpu or cuda")->capture_default_str();
   cmd->add_flag("--dummy-weights", args.dummy_weights,
                 "--workload, --engine: seeded random weights of --shape instead of a checkpoint (vLLM's dummy format)");
-  cmd->add_option("--shape", args.shape, "--dummy-weights: qwen2.5-0.5b, qwen3-0.6b, llama3.2-1b, llama3-8b, qwen2.5-7b, llama2-7b or kvcheck-tiny");
+  cmd->add_option("--shape", args.shape, fmt::format("--dummy-weights: {}", fmt::join(dummy_shape_names(), ", ")));
   cmd->add_option("--dummy-layers", args.dummy_layers, "--dummy-weights: keep only N layers (0: all)")
       ->capture_default_str();
   cmd->add_flag("--fragmentation", args.fragmentation,
@@ -144,6 +146,9 @@ void add_bench(CLI::App& app, BenchArgs& args) {
   cmd->add_flag("--engine", args.engine,
                 "Generation speed of the optimized engine at batch 1 and at --batch against the reference at "
                 "batch 1, measured side by side in this run");
+  cmd->add_flag("--no-reference", args.no_reference,
+                "--engine: skip the reference rows (for real models, whose double-precision reference would take "
+                "hours at long prompts); the engine rows and their roofline only");
   cmd->add_option("--model", args.model, "--engine, --workload: model directory or GGUF file (default: the embedded model)");
   cmd->add_option("--policy", args.policy, "--engine: KV policy")->capture_default_str();
   cmd->add_option("--prompt-tokens", args.prompt_tokens, "--engine: tokens per prompt")

@@ -155,7 +155,9 @@ nlohmann::json mean_sd_json(const MeanSd& m, const std::vector<double>& values) 
 
 int run_engine_bench(const BenchArgs& args) {
   std::filesystem::path dir;
+  const auto load_start = Clock::now();
   const ReferenceModel model = bench_model(args, dir);
+  const double load_seconds = std::chrono::duration<double>(Clock::now() - load_start).count();
   const std::string model_name = dir.empty() ? fmt::format("dummy weights of {}", args.shape) : dir.string();
   const ModelConfig& c = model.config();
   if (args.prompt_tokens + args.new_tokens > c.max_position_embeddings) {
@@ -171,10 +173,14 @@ int run_engine_bench(const BenchArgs& args) {
   }
   // Batch-1 runs use a few requests: enough for a stable rate, few enough for the slow reference.
   const std::int64_t solo = std::min<std::int64_t>(args.batch, 4);
-  std::vector<Run> runs = {{"reference batch 1", solo, false, {}},
-                           {"reference recompute", 1, false, {}},  // each of its steps costs a whole prefill
-                           {"engine batch 1", solo, true, {}},
-                           {fmt::format("engine batch {}", args.batch), args.batch, true, {}}};
+  std::vector<Run> runs;
+  if (!args.no_reference) {
+    runs.push_back({"reference batch 1", solo, false, {}});
+    runs.push_back({"reference recompute", 1, false, {}});  // each of its steps costs a whole prefill
+  }
+  runs.push_back({"engine batch 1", solo, true, {}});
+  runs.push_back({fmt::format("engine batch {}", args.batch), args.batch, true, {}});
+  const std::size_t engine1 = runs.size() - 2, engineB = runs.size() - 1;
   auto reference_round = [&](std::int64_t requests, DecodePath path) {
     Sample s;
     const auto t0 = Clock::now();
@@ -196,17 +202,19 @@ int run_engine_bench(const BenchArgs& args) {
   const MachineRates machine = measure_machine_rates(engine->backend->threads());
   const std::int64_t weight_bytes = decode_weight_bytes(engine->weights);
   for (std::int64_t round = 0; round < args.repeat; ++round) {
-    runs[0].samples.push_back(reference_round(solo, DecodePath::kKVCache));
-    runs[1].samples.push_back(reference_round(1, DecodePath::kFullRecompute));
-    runs[2].samples.push_back(engine_round(*engine, prompts, solo, 1, args.new_tokens));
-    runs[3].samples.push_back(engine_round(*engine, prompts, args.batch, args.batch, args.new_tokens));
+    if (!args.no_reference) {
+      runs[0].samples.push_back(reference_round(solo, DecodePath::kKVCache));
+      runs[1].samples.push_back(reference_round(1, DecodePath::kFullRecompute));
+    }
+    runs[engine1].samples.push_back(engine_round(*engine, prompts, solo, 1, args.new_tokens));
+    runs[engineB].samples.push_back(engine_round(*engine, prompts, args.batch, args.batch, args.new_tokens));
   }
 
   fmt::print("kvcheck bench --engine: {} ({} layers, hidden {}), policy {}, {} threads, {} linear kernel; prompts "
-             "of {} tokens (seed {}), {} new tokens each; {} round{}\n\n",
+             "of {} tokens (seed {}), {} new tokens each; {} round{}; model loaded in {:.2f} s\n\n",
              model_name, c.num_hidden_layers, c.hidden_size, args.policy, engine->backend->threads(),
              linear_isa_name(linear_rows_isa()), args.prompt_tokens, args.seed, args.new_tokens, args.repeat,
-             args.repeat == 1 ? "" : "s");
+             args.repeat == 1 ? "" : "s", load_seconds);
   fmt::print("{:<20} {:>9} {:>9} {:>10} {:>20} {:>22} {:>20}\n", "run", "requests", "tokens", "seconds",
              "tokens/s", "pp tokens/s", "tg tokens/s");
   for (const Run& r : runs) {
@@ -214,15 +222,22 @@ int run_engine_bench(const BenchArgs& args) {
                r.mean([](const Sample& s) { return s.seconds; }), pm(r.rate()), r.engine ? pm(r.pp()) : "-",
                r.engine ? pm(r.tg()) : "-");
   }
-  const double reference = runs[0].rate().mean, recompute = runs[1].rate().mean;
-  const double ratio1 = runs[2].rate().mean / reference, ratioB = runs[3].rate().mean / reference;
-  const double recompute1 = runs[2].rate().mean / recompute, recomputeB = runs[3].rate().mean / recompute;
   fmt::print("\ntokens/s: generated tokens over wall time, prefill included (mean ± sd over rounds); pp: prompt "
              "tokens over prefill time; tg: tokens from decode steps over the steps' time outside prefill.\n");
-  fmt::print("engine / reference (KV cache) tokens/s:  batch 1 {:.1f}x, batch {} {:.1f}x (aggregate)\n", ratio1,
-             args.batch, ratioB);
-  fmt::print("engine / reference (recompute) tokens/s: batch 1 {:.1f}x, batch {} {:.1f}x (aggregate)\n", recompute1,
-             args.batch, recomputeB);
+  nlohmann::json ratios = nullptr, ratios_vs_recompute = nullptr;
+  if (args.no_reference) {
+    fmt::print("engine / reference: not measured (--no-reference)\n");
+  } else {
+    const double reference = runs[0].rate().mean, recompute = runs[1].rate().mean;
+    const double ratio1 = runs[engine1].rate().mean / reference, ratioB = runs[engineB].rate().mean / reference;
+    const double recompute1 = runs[engine1].rate().mean / recompute, recomputeB = runs[engineB].rate().mean / recompute;
+    fmt::print("engine / reference (KV cache) tokens/s:  batch 1 {:.1f}x, batch {} {:.1f}x (aggregate)\n", ratio1,
+               args.batch, ratioB);
+    fmt::print("engine / reference (recompute) tokens/s: batch 1 {:.1f}x, batch {} {:.1f}x (aggregate)\n", recompute1,
+               args.batch, recomputeB);
+    ratios = {{"batch1", ratio1}, {"batchB", ratioB}};
+    ratios_vs_recompute = {{"batch1", recompute1}, {"batchB", recomputeB}};
+  }
 
   // Means over rounds of each part, per decoded token.
   auto breakdown = [](const Run& r) {
@@ -339,9 +354,10 @@ int run_engine_bench(const BenchArgs& args) {
                            {"repeat", args.repeat},
                            {"machine", {{"copy_bytes_per_s", machine.copy_bytes_per_s},
                                         {"gemm_flops_per_s", machine.gemm_flops_per_s}}},
+                           {"load_seconds", load_seconds},
                            {"runs", rows},
-                           {"ratios", {{"batch1", ratio1}, {"batchB", ratioB}}},
-                           {"ratios_vs_recompute", {{"batch1", recompute1}, {"batchB", recomputeB}}}},
+                           {"ratios", ratios},
+                           {"ratios_vs_recompute", ratios_vs_recompute}},
                           "--json");
   }
   return 0;

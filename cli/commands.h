@@ -178,6 +178,7 @@ int run_eval(const EvalArgs& args);
 struct BenchArgs {
   bool fragmentation = false;
   bool engine = false;
+  bool no_reference = false;  // --engine: skip the reference rows (a real model's reference is slow)
   std::string model;
   std::string policy = "full-fp32";
   std::int64_t prompt_tokens = 64;

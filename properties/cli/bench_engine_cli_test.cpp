@@ -49,6 +49,20 @@ void expect_mean_sd(const json& j, std::size_t n) {
   EXPECT_NEAR(j.at("sd").get<double>(), std::sqrt(ss / static_cast<double>(n - 1)), 1e-9 * mean);
 }
 
+// --no-reference: only the engine rows (with their roofline), no ratios; the load time is reported.
+TEST(BenchEngineCli, NoReferenceRunsOnlyTheEngine) {
+  const EngineBench bench = bench_engine("--prompt-tokens 8 --new-tokens 4 --batch 3 --no-reference --threads 1");
+  ASSERT_EQ(bench.run.code, 0) << bench.run.output;
+  ASSERT_EQ(bench.j.at("runs").size(), 2u);
+  EXPECT_EQ(bench.j["runs"][0]["name"], "engine batch 1");
+  EXPECT_EQ(bench.j["runs"][1]["name"], "engine batch 3");
+  EXPECT_TRUE(bench.j["runs"][1].contains("roofline"));
+  EXPECT_TRUE(bench.j.at("ratios").is_null());
+  EXPECT_GT(bench.j.at("load_seconds").get<double>(), 0.0);
+  EXPECT_NE(bench.run.output.find("not measured (--no-reference)"), std::string::npos) << bench.run.output;
+  EXPECT_EQ(bench.run.output.find("reference batch 1"), std::string::npos) << bench.run.output;
+}
+
 TEST(BenchEngineCli, RepeatsSplitsBreaksDownAndPredicts) {
   // 5 requests of 8 prompt tokens, 6 new tokens each: the prefill gives each its first token, 5
   // decode steps the other 5.
