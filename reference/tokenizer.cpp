@@ -18,11 +18,17 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
+namespace {
+
+std::unique_ptr<TokenizerBackend> gguf_backend(const GgufFile& file) {
+  GgufTokenizer tok = gguf_tokenizer(file);
+  return make_tokenizer_json_backend(tok.tokenizer_json, file.path().string(), tok.bos_id, tok.eos_id, "gguf");
+}
+
+}  // namespace
+
 Tokenizer Tokenizer::load(const std::filesystem::path& file) {
-  if (is_gguf_file(file)) {
-    GgufTokenizer tok = gguf_tokenizer(GgufFile::open(file));
-    return Tokenizer(file, make_tokenizer_json_backend(tok.tokenizer_json, file.string(), tok.bos_id, tok.eos_id, "gguf"));
-  }
+  if (is_gguf_file(file)) return Tokenizer(file, gguf_backend(GgufFile::open(file)));
   if (file.extension() == ".json") return Tokenizer(file, load_tokenizer_json_backend(file));
   return Tokenizer(file, load_sentencepiece_backend(file));
 }
@@ -43,6 +49,11 @@ std::optional<std::filesystem::path> Tokenizer::find_file(const std::filesystem:
 }
 
 std::optional<Tokenizer> Tokenizer::find(const std::filesystem::path& model_dir) {
+  if (!model_dir.empty() && is_gguf_file(model_dir)) {  // one parse of the file, not find_file's and load's
+    const GgufFile file = GgufFile::open(model_dir);
+    if (file.find("tokenizer.ggml.model") == nullptr) return std::nullopt;
+    return Tokenizer(model_dir, gguf_backend(file));
+  }
   const auto file = find_file(model_dir);
   if (!file) return std::nullopt;
   return load(*file);

@@ -42,7 +42,6 @@ Usage: python3 datasets/tokenizers/spm/make_spm_gguf.py [--model PATH] [--quiet]
 Needs: gguf==0.19.0, numpy, llama-cpp-python==0.3.36, sentencepiece==0.2.0.
 """
 import argparse
-import ctypes
 import json
 import os
 import re
@@ -198,17 +197,13 @@ def llamacpp_lines(model_path, strings):
     """The expected lines, and the ids without special-token parsing (for the comparison)."""
     import llama_cpp
     llm = llama_cpp.Llama(model_path=model_path, vocab_only=True, verbose=False)
-    vocab = llama_cpp.llama_model_get_vocab(llm.model)
+
+    # llama_detokenize, as the SmolLM2 expected ids were made (one helper for both scripts).
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from make_expected_llamacpp import detokenize as llamacpp_detokenize
 
     def detokenize(ids):
-        arr = (llama_cpp.llama_token * len(ids))(*ids)
-        size = 64 + 8 * len(ids)
-        while True:
-            buf = ctypes.create_string_buffer(size)
-            n = llama_cpp.llama_detokenize(vocab, arr, len(ids), buf, size, False, False)
-            if n >= 0:
-                return buf.raw[:n].decode("utf-8", errors="replace")
-            size = -n + 1
+        return llamacpp_detokenize(llm, ids)
 
     out, plain = [], []
     for s in strings:
