@@ -219,4 +219,12 @@ int run_serving_bench(const BenchArgs& args);
 ReferenceModel bench_model(const BenchArgs& args, std::filesystem::path& dir);
 
 
+struct HelpArgs {
+  bool markdown = false;
+};
+void add_help(CLI::App& app, HelpArgs& args);
+// Every command and option of `app` as Markdown: docs/cli.md.
+std::string cli_markdown(const CLI::App& app);
+int run_help(const CLI::App& app, const HelpArgs& args);
+
 }  // namespace kvcheck::cli

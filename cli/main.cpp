@@ -34,6 +34,8 @@ int main(int argc, char** argv) {
   kvcheck::cli::add_export(app, export_args);
   kvcheck::cli::CompareArgs compare_args;
   kvcheck::cli::add_compare(app, compare_args);
+  kvcheck::cli::HelpArgs help_args;
+  kvcheck::cli::add_help(app, help_args);
   for (int i = 0; i < argc; ++i) report_args.command_line += (i ? " " : "") + std::string(argv[i]);
   compare_args.command_line = report_args.command_line;
 
@@ -53,6 +55,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("report")) return kvcheck::cli::run_report(report_args);
     if (app.got_subcommand("export")) return kvcheck::cli::run_export(export_args);
     if (app.got_subcommand("compare")) return kvcheck::cli::run_compare(compare_args);
+    if (app.got_subcommand("help")) return kvcheck::cli::run_help(app, help_args);
   } catch (const kvcheck::InputError& e) {
     fmt::print(stderr, "kvcheck: error: {}\n", e.what());
     return 2;
