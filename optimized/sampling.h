@@ -3,7 +3,8 @@
 //   temperature 0   greedy: the first largest logit (optimized/greedy_decoding.h), the default;
 //   temperature t   p_i = softmax(logits / t)_i, in double; the candidates sorted by p descending
 //                   (ties: the lower id first); top_p keeps the shortest head of that order whose
-//                   mass reaches top_p of the total (at least one token); a draw u in [0, 1) picks
+//                   mass reaches top_p of the total (mass >= top_p x total: a head landing exactly
+//                   on top_p is the nucleus; at least one token); a draw u in [0, 1) picks
 //                   the first candidate whose running mass exceeds u times the kept mass.
 //
 // The draw is a function of (seed, sample, position) alone (splitmix64), not a stream: a request

@@ -89,6 +89,30 @@ TEST(Sampling, TopPKeepsTheShortestHeadReachingItsMass) {
   for (int k = 0; k < 100; ++k) EXPECT_EQ(sample_token(0, logits, k, SamplingParams{1.0, 1e-9, 3}, 0), 0);
 }
 
+// The boundary the test above cannot pin: its probabilities come from float logits, so its running
+// mass is only near 0.75. Equal logits give exact ones: four tokens of 0.25 each, and the head
+// of two lands exactly on top_p 0.5 (the comparison is 2.0 against 0.5 x 4.0, both exact).
+// "Reaches" means >=: the nucleus stops there, as Hugging Face's and vLLM's do (docs/design.md,
+// Sampling); a `<=` in the nucleus loop would keep a third token.
+TEST(Sampling, TopPStopsWhereTheMassLandsExactlyOnTopP) {
+  const std::vector<float> equal = {1.5f, 1.5f, 1.5f, 1.5f};
+  const auto frequencies = [&](double top_p) {
+    std::map<std::int32_t, int> seen;
+    for (int k = 0; k < 4000; ++k) ++seen[sample_token(0, equal, k, SamplingParams{1.0, top_p, 11}, 0)];
+    return seen;
+  };
+  std::map<std::int32_t, int> half = frequencies(0.5);
+  EXPECT_EQ(half[2] + half[3], 0) << "0.25 + 0.25 is exactly top_p 0.5: the nucleus is ids 0 and 1";
+  EXPECT_NEAR(half[0] / 4000.0, 0.5, 0.04);
+  std::map<std::int32_t, int> three = frequencies(0.75);
+  EXPECT_GT(three[2], 0);
+  EXPECT_EQ(three[3], 0) << "three tokens are exactly top_p 0.75";
+  EXPECT_NEAR(three[0] / 4000.0, 1.0 / 3.0, 0.04);
+  std::map<std::int32_t, int> above = frequencies(std::nextafter(0.5, 1.0));
+  EXPECT_GT(above[2], 0) << "just above 0.5 needs a third token";
+  EXPECT_EQ(above[3], 0);
+}
+
 TEST(Sampling, TheDrawDependsOnSeedSampleAndPositionOnly) {
   EXPECT_EQ(sampling_draw(5, 2, 40), sampling_draw(5, 2, 40));
   EXPECT_NE(sampling_draw(5, 2, 40), sampling_draw(5, 3, 40));
