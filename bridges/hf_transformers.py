@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """kvcheck bridge: run Hugging Face transformers on a kvcheck items file and write an engine output
-that `kvcheck compare` reads (README, "Checking another engine").
+that `kvcheck compare` reads (docs/reports.md, "Checking another engine").
 
 Written against: Python 3.10+, torch 2.3, transformers 4.45 (DynamicCache / QuantizedCache /
 `cache_implementation`), numpy 1.26; kvpress 0.0.x optional. Not run by the test gate.

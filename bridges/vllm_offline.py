@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """kvcheck bridge: run vLLM offline on a kvcheck items file and write a top-k engine output (JSONL)
-that `kvcheck compare` reads (README, "Checking another engine").
+that `kvcheck compare` reads (docs/reports.md, "Checking another engine").
 
 Written against: vLLM 0.6 (LLM.generate with TokensPrompt, SamplingParams.prompt_logprobs,
 kv_cache_dtype "auto" | "fp8" | "fp8_e4m3" | "fp8_e5m2"). Not run by the test gate.

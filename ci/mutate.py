@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Mutation campaign over kvcheck's CPU code (see ci/mutate.sh for the job and the README's
-"Mutation testing" section for how to read the summary).
+"""Mutation campaign over kvcheck's CPU code (see ci/mutate.sh for the job and the "Mutation
+testing" section of docs/developer/testing.md for how to read the summary).
 
 Mutants are single-site operator edits, found by the patterns in RULES over the files of FOLDERS
 (comment and string text left alone), sampled with a seed, or listed explicitly in a JSONL file

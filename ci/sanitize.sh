@@ -2,7 +2,7 @@
 # The sanitizer job: builds kvcheck and its test suites with AddressSanitizer and
 # UndefinedBehaviorSanitizer (-fsanitize=address,undefined, any UB report fatal) and runs the
 # unit, property and slow suites (the GPU suite is left to ci/gpu.sh: ASan and the CUDA runtime
-# do not mix). Not part of .ci/run: see the README ("Sanitizers") for the measured times.
+# do not mix). Not part of .ci/run: docs/developer/testing.md ("Sanitizers"); times in docs/perf/.
 #
 #   ./ci/sanitize.sh                  everything
 #   ./ci/sanitize.sh -R PagedKvCache  extra arguments go to ctest
