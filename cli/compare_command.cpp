@@ -1,5 +1,5 @@
 // kvcheck compare: other engines' outputs on an items file of kvcheck export, held to the reference
-// with exactly the report's metrics, files and gate (README, "Checking another engine"). The
+// with exactly the report's metrics, files and gate (docs/reports.md, "Checking another engine"). The
 // reference runs through the report's reference cache; each --engine-output becomes a row named
 // by its --name beside any kvcheck --policies run on the same items; report.json / report.md /
 // report.html are written under --out, and --baseline gates them (exit 1 with the table).

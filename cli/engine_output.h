@@ -1,5 +1,5 @@
 // Another engine's outputs on an items file (cli/items_file.h), as kvcheck compare reads them
-// (README, "Checking another engine"). PATH is one of:
+// (docs/reports.md, "Checking another engine"). PATH is one of:
 //   DIR/             ITEM_ID.npy per text item: float32 or float16 logits [continuation tokens, vocab]
 //                    (C order, little-endian; row i predicts continuation token i), and any *.jsonl
 //                    (below) for the retrieval items' generated ids or top-k rows; *.safetensors too;

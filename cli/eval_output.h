@@ -42,7 +42,7 @@ struct EvalOutcome {
 std::string format_eval(const EvalOutcome& outcome);
 // One head's attention statistics: layer, kv_head, samples and the four means (eval and report).
 nlohmann::json head_attention_json(const HeadAttentionStats& h);
-// The JSON document (eval_command.cpp and README describe its keys).
+// The JSON document (eval_command.cpp and docs/models.md, "Evaluating a model", describe its keys).
 nlohmann::json eval_json(const EvalOutcome& outcome);
 
 }  // namespace kvcheck::cli

@@ -1,7 +1,7 @@
 // kvcheck export: the exact token ids of the report's held-out windows (prompt + continuation, to
 // be teacher-forced) and retrieval items (prompt, answer, tokens to generate), with a header naming
 // the model hash, the dataset hashes and the settings (cli/items_file.h), for another engine to run
-// and kvcheck compare to hold to the reference (README, "Checking another engine"). The sizing
+// and kvcheck compare to hold to the reference (docs/reports.md, "Checking another engine"). The sizing
 // flags are report's, so `export --quick` holds exactly what `report --quick` measures.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>

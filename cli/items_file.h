@@ -1,4 +1,4 @@
-// The items file of kvcheck export / kvcheck compare (README, "Checking another engine"): the exact
+// The items file of kvcheck export / kvcheck compare (docs/reports.md, "Checking another engine"): the exact
 // token ids of a report's held-out windows and retrieval items, so that any engine can be run on
 // them and its outputs compared with the reference's. JSONL:
 //   line 1   {"format": "kvcheck-items", "version": 1, "model_hash", "heldout_hash", "retrieval_hash",

@@ -25,7 +25,7 @@ double number(const nlohmann::json& j, const char* key, const std::string& where
 }
 
 // A count: an integer in [min, 2^53] (exact as a double; a larger one would not fit the int64 it
-// becomes without losing its meaning). The fuzzer found the cast of an unchecked 1e86 (UB).
+// becomes without losing its meaning; casting an unchecked 1e86 to int64 is undefined behaviour).
 std::int64_t count(const nlohmann::json& j, const char* key, const std::string& where, double min) {
   const double x = number(j, key, where);
   if (x < min || x > 9007199254740992.0 || x != std::floor(x)) {

@@ -1,5 +1,5 @@
-// kvcheck report: the accuracy regression report of a model and its policies (README, "Reading a
-// report"). The reference runs once per (model, datasets, settings) and is cached on disk; every
+// kvcheck report: the accuracy regression report of a model and its policies (docs/reports.md,
+// "Reading it"). The reference runs once per (model, datasets, settings) and is cached on disk; every
 // policy x budget runs through cli/accuracy_run.h, the per-step oracle over the first prompt(s).
 // Outputs report.json (format "kvcheck-report", version 1), report.md and report.html under --out;
 // with --baseline, exits 1 and prints what regressed (cli/report_baseline.h).

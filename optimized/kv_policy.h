@@ -19,7 +19,7 @@
 // A policy is named `name` or `name:key=value,key=value` (e.g. `h2o:budget=64,recent=0.25`);
 // `policy_names()` lists the names, `policy_help()` their parameters and defaults. The registry
 // (optimized/policy_registry.cpp) lists every policy, one line each, its entry (name, parameters,
-// constructor) defined beside the policy; README, "Adding a policy".
+// constructor) defined beside the policy; docs/developer/adding-a-policy.md.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,7 @@
 // How a policy is registered: the entry it defines beside itself (its name, its parameters with
 // their defaults and ranges, how a spec builds it, its spec at a budget), read by
 // optimized/policy_registry.cpp's list and, through it, by make_policy, policy_names,
-// policy_help and policy_spec_at_budget (optimized/kv_policy.h). README, "Adding a policy".
+// policy_help and policy_spec_at_budget (optimized/kv_policy.h). docs/developer/adding-a-policy.md.
 #pragma once
 
 #include <cstdint>

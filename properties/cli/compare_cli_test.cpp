@@ -1,4 +1,4 @@
-// kvcheck export / kvcheck compare as a user runs them (README, "Checking another engine"):
+// kvcheck export / kvcheck compare as a user runs them (docs/reports.md, "Checking another engine"):
 //   consistency  kvcheck's own engine, written in the engine output format (.npy directory,
 //                safetensors), gives compare rows equal to report's rows for the same policy to
 //                1e-12 relative: two paths, one answer;

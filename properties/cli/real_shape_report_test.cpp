@@ -8,7 +8,7 @@
 // and tiered leankv on the 0.5B shape; residual kivi2 and evicting snapkv on the 1B one), one
 // budget, two retrieval items: about 3 + 5 minutes on 2 cores. The two hold a lock so their
 // peak RSS (the reference computes in double: 5.9 and ~12 GB) never adds up. Every registered
-// policy at the full --quick size is ci/real-shapes.sh (README "Your own model").
+// policy at the full --quick size is ci/real-shapes.sh (docs/models.md, "Real shapes without weights").
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 // kvcheck report as the test gate runs it: the quick report against the committed baseline
-// (datasets/baselines/report-quick-kvcheck-tiny.json) passes, and its outputs hold what the README
+// (datasets/baselines/report-quick-kvcheck-tiny.json) passes, and its outputs hold what docs/reports.md
 // says; the reference comes from the cache on a rerun; bad input exits 2 naming it.
 #include <fmt/format.h>
 #include <gtest/gtest.h>

@@ -10,7 +10,7 @@
 //              holds, their tiers, their scores and, for H2O and LeanKV, exactly the decisions
 //              the paper's rule makes from those scores, written out again here.
 //
-// A new policy adds one row (README, "Adding a policy"); EveryRegisteredPolicyHasARow fails until
+// A new policy adds one row (docs/developer/adding-a-policy.md); EveryRegisteredPolicyHasARow fails until
 // it has one. The planted-bug test is policy_planted_bugs_props.cpp.
 //
 //   RC_PARAMS="seed=N" build/properties/kvcheck_property_tests --gtest_filter='PolicyStepProps.*'

@@ -168,8 +168,8 @@ TEST(SchedulerFaults, NanInOneRequestFailsOnlyIt) {
 
 // A prompt that fills the pool exactly, so that its next token never fits: admitted alone, it
 // finishes when it needs no more room, and otherwise fails naming why; it never waits forever
-// (the scheduler fuzz target found it waiting through 78 million steps), nor does a request
-// asking for no token wait for pages it will not use.
+// (waiting for pages that cannot come is a livelock), nor does a request asking for no token wait
+// for pages it will not use.
 TEST(SchedulerFaults, RequestFillingThePoolRunsAloneOrFailsNeverWaits) {
   const ModelConfig c = tiny_config();
   const ReferenceModel model = tiny_model(c, 23);
@@ -314,7 +314,7 @@ TEST(SchedulerFaults, BadRequestsAreAnsweredAtSubmission) {
   s.submit(request(3, {1, static_cast<std::int32_t>(c.vocab_size) + 5, 2}, 4));
   s.submit(request(4, test_tokens(5, c.vocab_size, 4), 4));
   // Never runs a forward (no token asked), and is still refused for its unknown token at once:
-  // already answered, so there is nothing to cancel (the scheduler fuzzer found it ending well).
+  // already answered, so there is nothing to cancel (it must not end as finished).
   s.submit(request(6, {static_cast<std::int32_t>(c.vocab_size)}, 0));
   EXPECT_FALSE(s.cancel(6));
   try {
