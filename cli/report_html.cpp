@@ -32,16 +32,43 @@ constexpr const char* kPalette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", 
                                     "#7b4173", "#3182bd", "#e6550d", "#31a354"};
 const char* palette(std::size_t i) { return kPalette[i % std::size(kPalette)]; }
 
-// One color per policy family, the same in every scatter plot of one report: the palette in the
-// order the report first meets each family (one map per report, so one report's colors never
-// depend on the reports drawn before it in the same process).
-class FamilyColors {
+// One mark per policy family, the same in every scatter plot of one report: ten colors, then the
+// same ten as squares, then as diamonds, in the order the report first meets each family (one map
+// per report, so one report's marks never depend on the reports drawn before it in the same
+// process). Thirty families before two share a mark; the registry has nineteen.
+enum class MarkShape { kCircle, kSquare, kDiamond };
+struct FamilyMark {
+  const char* color;
+  MarkShape shape;
+};
+class FamilyMarks {
  public:
-  const char* of(const std::string& fam) { return palette(index_.emplace(fam, index_.size()).first->second); }
+  FamilyMark of(const std::string& fam) {
+    constexpr std::size_t kColors = 10;
+    const std::size_t i = index_.emplace(fam, index_.size()).first->second;
+    return {palette(i % kColors), static_cast<MarkShape>((i / kColors) % 3)};
+  }
 
  private:
   std::map<std::string, std::size_t> index_;
 };
+
+// A point mark of "radius" r centred on (x, y); `inner` goes inside the element (a <title>).
+std::string point_mark(const FamilyMark& mark, double x, double y, double r, const char* stroke, double stroke_width,
+                       const std::string& inner) {
+  switch (mark.shape) {
+    case MarkShape::kSquare:
+      return fmt::format(R"svg(<rect x="{:.1f}" y="{:.1f}" width="{:.1f}" height="{:.1f}" fill="{}" stroke="{}" stroke-width="{}">{}</rect>)svg",
+                         x - 0.9 * r, y - 0.9 * r, 1.8 * r, 1.8 * r, mark.color, stroke, stroke_width, inner);
+    case MarkShape::kDiamond:
+      return fmt::format(R"svg(<polygon points="{:.1f},{:.1f} {:.1f},{:.1f} {:.1f},{:.1f} {:.1f},{:.1f}" fill="{}" stroke="{}" stroke-width="{}">{}</polygon>)svg",
+                         x, y - 1.2 * r, x + 1.2 * r, y, x, y + 1.2 * r, x - 1.2 * r, y, mark.color, stroke, stroke_width, inner);
+    case MarkShape::kCircle:
+      break;
+  }
+  return fmt::format(R"svg(<circle cx="{:.1f}" cy="{:.1f}" r="{}" fill="{}" stroke="{}" stroke-width="{}">{}</circle>)svg", x, y,
+                     r, mark.color, stroke, stroke_width, inner);
+}
 
 // Dash patterns that keep overlapping lines apart (a later line over an earlier one shows both).
 const char* dash_pattern(std::size_t i) {
@@ -173,20 +200,27 @@ struct Axes {
     s += fmt::format(R"svg(<text transform="translate(16,{}) rotate(-90)" text-anchor="middle">{}</text>)svg", (T + H - B) / 2, escape(y_label));
     return s;
   }
-  // A legend entry at `row` (0 first) on the right.
-  // A line entry (`dash` not null) draws its dash pattern; a point entry, a dot.
+  // A legend entry at `row` (0 first) on the right: a line series' dash pattern in its color.
   std::string legend(int row, const char* color, const std::string& label, const char* dash) const {
     const double y = T + 12 + 15 * row;
-    const std::string mark = dash ? fmt::format(R"svg(<line x1="{}" x2="{}" y1="{}" y2="{}" stroke="{}" stroke-width="2" stroke-dasharray="{}"/>)svg", W - R + 4, W - R + 22, y - 4, y - 4, color, dash)
-                                  : fmt::format(R"svg(<circle cx="{}" cy="{}" r="4" fill="{}"/>)svg", W - R + 15, y - 4, color);
-    return mark + fmt::format(R"svg(<text x="{}" y="{}">{}</text>)svg", W - R + 26, y, escape(label));
+    return fmt::format(R"svg(<line x1="{}" x2="{}" y1="{}" y2="{}" stroke="{}" stroke-width="2" stroke-dasharray="{}"/>)svg",
+                       W - R + 4, W - R + 22, y - 4, y - 4, color, dash) +
+           legend_label(y, label);
+  }
+  // A legend entry at `row` for a scatter's family: its point mark.
+  std::string legend(int row, const FamilyMark& mark, const std::string& label) const {
+    const double y = T + 12 + 15 * row;
+    return point_mark(mark, W - R + 15, y - 4, 4, "none", 0, "") + legend_label(y, label);
+  }
+  std::string legend_label(double y, const std::string& label) const {
+    return fmt::format(R"svg(<text x="{}" y="{}">{}</text>)svg", W - R + 26, y, escape(label));
   }
 };
 
 // A scatter plot of the rows: x = x_metric (KV bytes held, or read per decode step, vs fp16;
 // linear), y = metric (log10 when log_y).
 std::string scatter(const nlohmann::json& rows, const char* metric, const std::string& y_label, bool log_y,
-                    bool lower_is_better, FamilyColors& colors, const char* x_metric = "kv_bytes_vs_fp16",
+                    bool lower_is_better, FamilyMarks& marks, const char* x_metric = "kv_bytes_vs_fp16",
                     const std::string& x_label = "KV bytes relative to full-fp16") {
   std::vector<double> xs, ys;
   std::vector<std::size_t> idx;
@@ -220,13 +254,14 @@ std::string scatter(const nlohmann::json& rows, const char* metric, const std::s
   for (std::size_t k = 0; k < xs.size(); ++k) {
     const std::string policy = rows[idx[k]].at("policy").get<std::string>();
     const bool on_front = std::find(front.begin(), front.end(), k) != front.end();
-    s += fmt::format(R"svg(<circle cx="{:.1f}" cy="{:.1f}" r="{}" fill="{}" stroke="{}" stroke-width="{}"><title>{}: bytes {:.3f}, {} {:.4g}</title></circle>)svg",
-                     a.px(xs[k]), a.py(ys[k]), on_front ? 6 : 4, colors.of(family(policy)), on_front ? "#000" : "none",
-                     on_front ? 1.5 : 0, escape(policy), xs[k], metric, log_y ? std::pow(10.0, ys[k]) : ys[k]);
+    s += point_mark(marks.of(family(policy)), a.px(xs[k]), a.py(ys[k]), on_front ? 6 : 4, on_front ? "#000" : "none",
+                    on_front ? 1.5 : 0,
+                    fmt::format("<title>{}: bytes {:.3f}, {} {:.4g}</title>", escape(policy), xs[k], metric,
+                                log_y ? std::pow(10.0, ys[k]) : ys[k]));
     families[family(policy)] = true;
   }
   int row = 0;
-  for (const auto& [fam, unused] : families) s += a.legend(row++, colors.of(fam), fam, nullptr);
+  for (const auto& [fam, unused] : families) s += a.legend(row++, marks.of(fam), fam);
   s += fmt::format(R"svg(<line x1="{0}" x2="{1}" y1="{2}" y2="{2}" stroke="#000" stroke-dasharray="5,3"/><text x="{3}" y="{4}">Pareto front</text>)svg",
                    Axes::W - Axes::R + 8, Axes::W - Axes::R + 22, Axes::T + 16 + 15 * row, Axes::W - Axes::R + 26,
                    Axes::T + 20 + 15 * row);
@@ -437,12 +472,12 @@ table.wide{font-size:11px}table.wide td{white-space:nowrap}table.wide td:first-c
   for (const std::string& note : fp8_saturation_notes(report)) s += "<p><strong>" + escape(note) + "</strong></p>";
   for (const std::string& note : report_notes(report)) s += "<p><strong>" + escape(note) + "</strong></p>";
   s += "<h2>KV bytes against KL divergence</h2><p class=\"note\">Mean KL(P<sub>ref</sub> ‖ P<sub>engine</sub>) per position of the text prompts' continuations (log scale). Ringed points form the Pareto front: nothing holds fewer bytes at lower KL.</p>";
-  FamilyColors colors;
-  s += scatter(rows, "kl_mean", "KL mean (log10)", true, true, colors);
+  FamilyMarks marks;
+  s += scatter(rows, "kl_mean", "KL mean (log10)", true, true, marks);
   s += "<h2>KV bytes against retrieval accuracy</h2><p class=\"note\">Greedy exact match on the retrieval items; the front: nothing holds fewer bytes at higher accuracy.</p>";
-  s += scatter(rows, "retrieval_accuracy", "retrieval exact match", false, false, colors);
+  s += scatter(rows, "retrieval_accuracy", "retrieval exact match", false, false, marks);
   s += "<h2>KV bytes read per decode step against KL divergence</h2><p class=\"note\">The bytes the last decode step's attention read, relative to full-fp16 reading the whole context: the bytes held for every policy but Quest, which reads the pages it chooses and every page's key range. The front: nothing reads fewer bytes at lower KL.</p>";
-  s += scatter(rows, "kl_mean", "KL mean (log10)", true, true, colors, "kv_bytes_read_vs_fp16",
+  s += scatter(rows, "kl_mean", "KL mean (log10)", true, true, marks, "kv_bytes_read_vs_fp16",
                "KV bytes read per decode step relative to full-fp16");
   // Retrieval by length.
   std::vector<std::string> lengths;

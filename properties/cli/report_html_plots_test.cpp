@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -103,6 +105,32 @@ TEST(ReportHtmlPlots, EveryMarkLiesInsideItsPicture) {
       }
     }
   }
+}
+
+// Every policy family of a scatter has a mark of its own (color and shape): with the nineteen
+// registered families, a palette that wraps would draw two families alike and the reader could not
+// tell them apart. The points of one family all share its mark.
+TEST(ReportHtmlPlots, EveryFamilyHasItsOwnMark) {
+  nlohmann::json report = full_report();
+  report["rows"] = nlohmann::json::array();
+  for (int f = 0; f < 24; ++f) {
+    for (int budget : {32, 64}) {
+      report["rows"].push_back(row("family" + std::to_string(f) + ":budget=" + std::to_string(budget),
+                                   0.1 + 0.03 * f + 0.001 * budget, 1e-3 * (1 + f), 0.5));
+    }
+  }
+  const std::vector<std::string> pictures = svgs(report_html(report));
+  ASSERT_FALSE(pictures.empty());
+  const std::regex mark("<(circle|rect|polygon) [^>]*fill=\"(#[0-9a-f]{6})\"[^>]*><title>([^:<]+):");
+  std::map<std::string, std::string> mark_of;  // family -> "shape color"
+  for (std::sregex_iterator it(pictures[0].begin(), pictures[0].end(), mark), end; it != end; ++it) {
+    const std::string fam = (*it)[3], look = std::string((*it)[1]) + " " + std::string((*it)[2]);
+    const auto [at, inserted] = mark_of.emplace(fam, look);
+    EXPECT_EQ(at->second, look) << fam << "'s points differ in mark";
+  }
+  ASSERT_EQ(mark_of.size(), 24U);
+  std::set<std::string> looks;
+  for (const auto& [fam, look] : mark_of) EXPECT_TRUE(looks.insert(look).second) << fam << " shares " << look;
 }
 
 // A line chart draws one point per value, at integer x from its first x; the x axis ends at the
