@@ -1,10 +1,12 @@
-// Tiled key and value code offsets inside a unified page.
+// Tiled key and value code offsets inside a unified page (the unit indices: kernels/page_offsets.h).
 #include "kernels/cpu/page_codes.h"
 
 #include <cstring>
 #include <stdexcept>
 
 #include <fmt/format.h>
+
+#include "kernels/page_offsets.h"
 
 namespace kvcheck {
 namespace {
@@ -21,18 +23,14 @@ void check_row(const CodeTiling& t, std::int64_t page_tokens, std::int64_t slot,
 
 std::int64_t key_code_offset(const CodeTiling& t, std::int64_t page_tokens, std::int64_t slot,
                              std::int64_t row_byte) {
-  const std::int64_t unit = row_byte / t.unit_bytes;
-  const std::int64_t chunk = unit / (t.vec * t.group);
-  const std::int64_t within = unit % (t.vec * t.group);
-  const std::int64_t units = ((chunk * page_tokens + slot) * t.group + within / t.vec) * t.vec + within % t.vec;
+  const std::int64_t units = page_offsets::key_unit_index(t.vec, t.group, page_tokens, slot, row_byte / t.unit_bytes);
   return units * t.unit_bytes + row_byte % t.unit_bytes;
 }
 
 std::int64_t value_code_offset(const CodeTiling& t, std::int64_t page_tokens, std::int64_t slot,
                                std::int64_t row_byte) {
-  const std::int64_t unit = row_byte / t.unit_bytes;
   const std::int64_t units =
-      ((unit / t.group * (page_tokens / t.vec) + slot / t.vec) * t.group + unit % t.group) * t.vec + slot % t.vec;
+      page_offsets::value_unit_index(t.vec, t.group, page_tokens, slot, row_byte / t.unit_bytes);
   return units * t.unit_bytes + row_byte % t.unit_bytes;
 }
 

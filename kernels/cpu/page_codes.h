@@ -1,6 +1,6 @@
 // Where a token's key and value codes live inside a unified page: the tiled layouts of
-// kv_bytes.h's CodeTiling (LeanKV section 5.4). The CPU twin and the CUDA kernels use these
-// offsets, so pages are bit-identical across backends.
+// kv_bytes.h's CodeTiling (LeanKV section 5.4). The unit indices are kernels/page_offsets.h's,
+// which the CUDA kernels compute with too, so pages are bit-identical across backends.
 #pragma once
 
 #include <cstdint>

@@ -27,6 +27,7 @@
 #include "kernels/cpu/page_codes.h"
 #include "kernels/quant_math.h"
 #include "kernels/cpu/row_ops.h"
+#include "kernels/page_offsets.h"
 #include "reference/errors.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -43,8 +44,12 @@ namespace {
 using quant::f16_to_float;
 
 constexpr const char* kWhere = "decode attention";
-// Per-token INT metadata of one slot: fp16 scale, then fp16 zero (kv_bytes.h's (scale, zero) pair).
-constexpr std::int64_t kTokenMetaBytes = 4;
+// One INT metadata pair: fp16 scale, then fp16 zero (kv_bytes.h's (scale, zero) pair); which pair
+// a slot and channel read: kernels/page_offsets.h, as on the device.
+constexpr std::int64_t kTokenMetaBytes = page_offsets::kMetaPairBytes;
+using page_offsets::meta_pair_index;
+constexpr int kTokenGroupMeta = page_offsets::kPerTokenGroupMeta;
+constexpr int kChannelMeta = page_offsets::kPerChannelMeta;
 constexpr std::int64_t kMaskBits = 64;
 
 bool is_page_int_bits(int bits) { return bits == 8 || bits == 4 || bits == 2; }
@@ -258,9 +263,9 @@ struct TokenMeta {
   float zero = 0.0f;
 };
 
-TokenMeta read_meta(const std::uint8_t* page, const PageSegment& segment, std::int64_t slot) {
+TokenMeta read_meta(const std::uint8_t* page, const PageSegment& segment, std::int64_t pair_index) {
   std::uint16_t pair[2];
-  std::memcpy(pair, page + segment.offset + slot * kTokenMetaBytes, sizeof pair);
+  std::memcpy(pair, page + segment.offset + pair_index * kTokenMetaBytes, sizeof pair);
   return {f16_to_float(pair[0]), f16_to_float(pair[1])};
 }
 
@@ -289,18 +294,15 @@ void dequantize_row(const KvFormat& f, const std::uint8_t* page, const PageSegme
       return;
     }
     case Granularity::kPerTokenGroup: {
-      const std::int64_t groups = d / spec.group;
-      const std::uint8_t* pairs = page + meta.offset + slot * groups * kTokenMetaBytes;
       for (std::int64_t c = 0; c < d; ++c) {
-        const TokenMeta m = read_meta(pairs, PageSegment{0, 0}, c / spec.group);
+        const TokenMeta m = read_meta(page, meta, meta_pair_index(kTokenGroupMeta, spec.group, slot, c, d));
         x[c] = quant::dequantize_value(static_cast<std::uint32_t>(x[c]), m.scale, m.zero);
       }
       return;
     }
     case Granularity::kPerChannel: {
-      const std::uint8_t* pairs = page + meta.offset + (slot / spec.group) * d * kTokenMetaBytes;
       for (std::int64_t c = 0; c < d; ++c) {
-        const TokenMeta m = read_meta(pairs, PageSegment{0, 0}, c);
+        const TokenMeta m = read_meta(page, meta, meta_pair_index(kChannelMeta, spec.group, slot, c, d));
         x[c] = quant::dequantize_value(static_cast<std::uint32_t>(x[c]), m.scale, m.zero);
       }
       return;

@@ -12,7 +12,8 @@
 //              every live slot for every query head; out = acc / sum, probs = w / sum.
 // Logits and weights live in a global scratch of [group][slots] floats per head.
 // Here: the kernels and paged_decode_attention_cuda_device. The host entry point that uploads a
-// batch is paged_attention_upload.cu, the device timing for bench/ paged_attention_timing.cu.
+// batch is paged_attention_upload.cu, the device timing for bench/ paged_attention_timing.cu; the
+// page offsets are kernels/page_offsets.h's, shared with the CPU twin.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -24,6 +25,7 @@
 
 #include "kernels/cuda/device_buffer.cuh"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/page_offsets.h"
 #include "kernels/paged_attention_cuda.h"
 #include "kernels/quant_math.h"
 
@@ -43,20 +45,18 @@ constexpr int kMaxGroup = static_cast<int>(kCudaDecodeMaxGroup);
 // of paged_attention_cuda_adapter.cpp asserts the values).
 constexpr int kFp32 = 0, kFp16 = 1, kFp8 = 2, kInt = 3;
 constexpr int kPerToken = 0, kPerChannel = 1;  // else per token group
-constexpr std::int64_t kPairBytes = 4;          // fp16 scale, fp16 zero
+constexpr std::int64_t kPairBytes = page_offsets::kMetaPairBytes;  // fp16 scale, fp16 zero
+static_assert(page_offsets::kPerTokenMeta == kPerToken && page_offsets::kPerChannelMeta == kPerChannel);
 
-// kernels/cpu/page_codes.cpp's offsets, on the device.
+// Byte offsets of a code unit in a page's key / value codes segment: kernels/page_offsets.h's unit
+// indices, the CPU twin's (kernels/cpu/page_codes.cpp).
 __device__ __forceinline__ std::int64_t key_offset(const CudaFormatDesc& t, std::int64_t tokens, std::int64_t slot,
                                                    std::int64_t unit) {
-  const std::int64_t chunk = unit / (t.vec * t.tile_group);
-  const std::int64_t within = unit % (t.vec * t.tile_group);
-  return (((chunk * tokens + slot) * t.tile_group + within / t.vec) * t.vec + within % t.vec) * t.unit_bytes;
+  return page_offsets::key_unit_index(t.vec, t.tile_group, tokens, slot, unit) * t.unit_bytes;
 }
 __device__ __forceinline__ std::int64_t value_offset(const CudaFormatDesc& t, std::int64_t tokens, std::int64_t slot,
                                                      std::int64_t unit) {
-  return (((unit / t.tile_group * (tokens / t.vec) + slot / t.vec) * t.tile_group + unit % t.tile_group) * t.vec +
-          slot % t.vec) *
-         t.unit_bytes;
+  return page_offsets::value_unit_index(t.vec, t.tile_group, tokens, slot, unit) * t.unit_bytes;
 }
 
 __device__ __forceinline__ float load_f16(const std::uint8_t* p) {
@@ -87,10 +87,7 @@ __device__ float dequantize_element(const CudaFormatDesc& f, const std::uint8_t*
                                     std::int64_t c, std::int64_t d, float raw) {
   if (f.dtype == kFp8) return quant::mul_rn(raw, *reinterpret_cast<const float*>(meta));
   if (f.dtype != kInt) return raw;
-  std::int64_t pair;
-  if (f.granularity == kPerToken) pair = slot;
-  else if (f.granularity == kPerChannel) pair = slot / f.group * d + c;
-  else pair = slot * (d / f.group) + c / f.group;
+  const std::int64_t pair = page_offsets::meta_pair_index(f.granularity, f.group, slot, c, d);
   const std::uint8_t* p = meta + pair * kPairBytes;
   return quant::dequantize_value(static_cast<std::uint32_t>(raw), load_f16(p), load_f16(p + 2));
 }
