@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/device_buffer.cuh"
 #include "kernels/cuda/device_math.cuh"
@@ -287,6 +288,19 @@ __device__ __forceinline__ int format_class(const CudaFormatDesc& f) {
   if (f.dtype == kFp8) return kF8Codes;
   if (f.dtype != kInt || f.granularity != kPerToken) return kAnyFormat;
   return f.bits == 8 ? kI8Codes : f.bits == 4 ? kI4Codes : f.bits == 2 ? kI2Codes : kAnyFormat;
+}
+// The one dispatch over the classes: f(std::integral_constant<int, C>{}) for class `cls` (block-
+// uniform at both call sites: a page's key class, a page's value class).
+template <typename F>
+__device__ __forceinline__ void with_format_class(int cls, F&& f) {
+  switch (cls) {
+    case kF16Codes: f(std::integral_constant<int, kF16Codes>{}); break;
+    case kF8Codes: f(std::integral_constant<int, kF8Codes>{}); break;
+    case kI8Codes: f(std::integral_constant<int, kI8Codes>{}); break;
+    case kI4Codes: f(std::integral_constant<int, kI4Codes>{}); break;
+    case kI2Codes: f(std::integral_constant<int, kI2Codes>{}); break;
+    default: f(std::integral_constant<int, kAnyFormat>{}); break;
+  }
 }
 template <int C>
 __host__ __device__ constexpr int class_bits() {
@@ -567,11 +581,20 @@ __global__ void __launch_bounds__(kSplitThreads, G <= 4 ? 5 : 1) PagedDecodeSpli
     pg.st = page_stage(t, pg.lo, pg.hi);
     return pg;
   };
-  for (int part = 0; part < 2; ++part) {
+  // The one page walk of the split, for the staging, key and value passes: f(p, at, pg) for every
+  // page p it touches, in walk order; its staged bytes start at staged + at, one page after another.
+  const auto for_each_page = [&](auto&& f) {
     std::int64_t page_walk = sp.page_walk;
     int at = 0;
     for (std::int64_t p = sp.page; p < h.pages && page_walk < sp.end; ++p) {
       const StagedPage pg = page_at(p, page_walk, at);
+      f(p, at, pg);
+      at += pg.st.end;
+      page_walk += pg.tokens;
+    }
+  };
+  for (int part = 0; part < 2; ++part) {
+    for_each_page([&](std::int64_t, int at, const StagedPage& pg) {
       const CudaTierDesc& t = *pg.t;
       const int rows = pg.hi - pg.lo;
       if (part == 0) {
@@ -592,9 +615,7 @@ __global__ void __launch_bounds__(kSplitThreads, G <= 4 ? 5 : 1) PagedDecodeSpli
                     rows * static_cast<int>(kPairBytes));
         }
       }
-      at += pg.st.end;
-      page_walk += pg.tokens;
-    }
+    });
     cp_async_commit();
   }
 
@@ -612,23 +633,11 @@ __global__ void __launch_bounds__(kSplitThreads, G <= 4 ? 5 : 1) PagedDecodeSpli
   __syncthreads();     // everyone's
 
   // 1. Keys, page by page over the split's walk range.
-  {
-    std::int64_t page_walk = sp.page_walk;
-    int at = 0;
-    for (std::int64_t p = sp.page; p < h.pages && page_walk < sp.end; ++p) {
-      const StagedPage pg = page_at(p, page_walk, at);
-      switch (key_class(*pg.t, d)) {  // block-uniform
-        case kF16Codes: split_keys_page<G, kF16Codes>(pg, q_or_acc, q_sums, d, group, h.scale, w); break;
-        case kF8Codes: split_keys_page<G, kF8Codes>(pg, q_or_acc, q_sums, d, group, h.scale, w); break;
-        case kI8Codes: split_keys_page<G, kI8Codes>(pg, q_or_acc, q_sums, d, group, h.scale, w); break;
-        case kI4Codes: split_keys_page<G, kI4Codes>(pg, q_or_acc, q_sums, d, group, h.scale, w); break;
-        case kI2Codes: split_keys_page<G, kI2Codes>(pg, q_or_acc, q_sums, d, group, h.scale, w); break;
-        default: split_keys_page<G, kAnyFormat>(pg, q_or_acc, q_sums, d, group, h.scale, w); break;
-      }
-      at += pg.st.end;
-      page_walk += pg.tokens;
-    }
-  }
+  for_each_page([&](std::int64_t, int, const StagedPage& pg) {
+    with_format_class(key_class(*pg.t, d), [&](auto cls) {
+      split_keys_page<G, decltype(cls)::value>(pg, q_or_acc, q_sums, d, group, h.scale, w);
+    });
+  });
   // Residual fp16 rows: walk indices page_walk(all pages) + r; a warp per row.
   const std::int64_t residual_walk = h.slots - h.residual_tokens;
   for (std::int64_t j = max(sp.begin, residual_walk) + warp; j < sp.end; j += kSplitWarps) {
@@ -704,33 +713,19 @@ __global__ void __launch_bounds__(kSplitThreads, G <= 4 ? 5 : 1) PagedDecodeSpli
 #pragma unroll
     for (int i = 0; i < G * kMaxPerUnit; ++i) acc[i] = 0.0f;
   };
-  {
-    std::int64_t page_walk = sp.page_walk;
-    int at = 0;
-    for (std::int64_t p = sp.page; p < h.pages && page_walk < sp.end; ++p) {
-      const StagedPage pg = page_at(p, page_walk, at);
-      const int tier = pages[p].tier;
-      const int units = pg.units;
-      const int cls = format_class(pg.t->value);
-      for (int u0 = 0; u0 < units; u0 += kSplitThreads) {
-        if (acc_tier != tier || acc_u0 != u0) {  // block-uniform
-          if (acc_tier >= 0) flush(tiers[acc_tier].value, acc_u0);
-          acc_tier = tier;
-          acc_u0 = u0;
-        }
-        switch (cls) {  // block-uniform
-          case kF16Codes: split_values_page<G, kF16Codes>(pg, u0, d, group, w, acc); break;
-          case kF8Codes: split_values_page<G, kF8Codes>(pg, u0, d, group, w, acc); break;
-          case kI8Codes: split_values_page<G, kI8Codes>(pg, u0, d, group, w, acc); break;
-          case kI4Codes: split_values_page<G, kI4Codes>(pg, u0, d, group, w, acc); break;
-          case kI2Codes: split_values_page<G, kI2Codes>(pg, u0, d, group, w, acc); break;
-          default: split_values_page<G, kAnyFormat>(pg, u0, d, group, w, acc); break;
-        }
+  for_each_page([&](std::int64_t p, int, const StagedPage& pg) {
+    const int tier = pages[p].tier;
+    const int units = pg.units;
+    const int cls = format_class(pg.t->value);
+    for (int u0 = 0; u0 < units; u0 += kSplitThreads) {
+      if (acc_tier != tier || acc_u0 != u0) {  // block-uniform
+        if (acc_tier >= 0) flush(tiers[acc_tier].value, acc_u0);
+        acc_tier = tier;
+        acc_u0 = u0;
       }
-      at += pg.st.end;
-      page_walk += pg.tokens;
+      with_format_class(cls, [&](auto c) { split_values_page<G, decltype(c)::value>(pg, u0, d, group, w, acc); });
     }
-  }
+  });
   if (acc_tier >= 0) flush(tiers[acc_tier].value, acc_u0);
   // Residual fp16 rows: a thread per channel.
   for (int c = tid; c < d; c += kSplitThreads) {
