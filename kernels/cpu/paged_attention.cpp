@@ -311,7 +311,7 @@ void dequantize_row(const KvFormat& f, const std::uint8_t* page, const PageSegme
 }
 
 // ---------------------------------------------------------------------------------------------
-// The walks' scratch and the two ISA builds of them.
+// The walks' scratch and the three ISA builds of them.
 
 // Rows the value walk decodes before adding them in, where it cannot walk unit groups.
 constexpr std::int64_t kBatch = 4;
@@ -403,8 +403,9 @@ using lanes::U32Lanes;
 using lanes::U32Lanes16;
 using lanes::U8Lanes;
 
-// The walks twice: their templates must be compiled under the target they run on (an
-// always-inline F16C intrinsic cannot be inlined into a function without F16C).
+// The walks three times, portable, AVX2 + F16C and AVX-512: their templates must be compiled under
+// the target they run on (an always-inline F16C intrinsic cannot be inlined into a function
+// without F16C). Off x86-64 only the portable build exists.
 namespace portable {
 #include "kernels/cpu/paged_attention_walks.inc"
 }  // namespace portable

@@ -76,12 +76,16 @@ struct DecodeHeadOutput {
 // and dotted with every query head of the group; the value walk accumulates a batch of slots per
 // output lane. Every element still takes the operations written above, and every sum its order
 // (row_ops::dot's eight lane sums for the logits, slots in walk order for Σ w and out), without
-// FMA: the portable and AVX2 builds give the same bits as each other and as a scalar restatement
-// (properties/kernels/paged_attention_isa_props.cpp), so results do not depend on the CPU.
+// FMA (kernels/ builds with -ffp-contract=off): the three builds, portable (baseline x86-64),
+// AVX2 + F16C and AVX-512 (F, VL, BW, DQ), give the same bits as each other, and the portable one
+// the bits of a scalar restatement (properties/kernels/paged_attention_isa_props.cpp), so results
+// do not depend on the CPU.
 void paged_decode_attention(const DecodeHeadInput& in, const DecodeHeadOutput& out);
-// The same with a chosen ISA (tests compare the two); std::invalid_argument if unavailable.
+// The same with a chosen ISA (tests compare the three); std::invalid_argument if unavailable.
 void paged_decode_attention(const DecodeHeadInput& in, const DecodeHeadOutput& out, LinearIsa isa);
-// The ISA paged_decode_attention uses on this CPU (AVX2 + F16C where the CPU has both).
+// The ISA paged_decode_attention uses on this CPU: the widest it has (AVX-512, else AVX2 + F16C,
+// else portable), capped by KVCHECK_ISA=portable|avx2|avx512 (kernels/cpu/dense_ops.h's
+// linear_rows_isa).
 LinearIsa paged_decode_isa();
 
 // The checks paged_decode_attention makes before reading a byte (the CUDA batch builder,
