@@ -127,11 +127,26 @@ __device__ void write_logits(const float* x, bool fused, float meta_scale, float
   }
 }
 
+// The one-block kernel's page walk, for its key and value passes: f(t, bytes, live, walk0) for each
+// of the head's pages in walk order (t its tier, walk0 the walk index of its slot 0); returns the
+// walk index after the last page, the first residual row's.
+template <typename F>
+__device__ __forceinline__ std::int64_t for_each_head_page(const CudaDecodeBatch& b, const CudaHeadDesc& h, F&& f) {
+  const CudaTierDesc* tiers = b.tiers + h.tiers;
+  const CudaPageDesc* pages = b.page_descs + h.first_page;
+  std::int64_t walk = 0;
+  for (std::int64_t p = 0; p < h.pages; ++p) {
+    const CudaPageDesc& page = pages[p];
+    const CudaTierDesc& t = tiers[page.tier];
+    f(t, b.pages + page.bytes, b.live + page.live, walk);
+    walk += t.tokens;
+  }
+  return walk;
+}
+
 __global__ void __launch_bounds__(kThreads) PagedDecodeKernel(CudaDecodeBatch b, float* scratch) {
   const CudaHeadDesc h = b.heads[blockIdx.x];
   if (b.splits != nullptr && h.split_count > 0) return;  // the split path's head
-  const CudaTierDesc* tiers = b.tiers + h.tiers;
-  const CudaPageDesc* pages = b.page_descs + h.first_page;
   const std::int64_t d = h.head_dim, slots = h.slots;
   __shared__ float q[kMaxGroup * kCudaDecodeMaxHeadDim];
   __shared__ float q_sums[kMaxGroup], sums[kMaxGroup];
@@ -150,16 +165,12 @@ __global__ void __launch_bounds__(kThreads) PagedDecodeKernel(CudaDecodeBatch b,
 
   // 1. Keys.
   float x[kPerLane];
-  std::int64_t walk = 0;
-  for (std::int64_t p = 0; p < h.pages; ++p) {
-    const CudaPageDesc& page = pages[p];
-    const CudaTierDesc& t = tiers[page.tier];
-    const std::uint8_t* bytes = b.pages + page.bytes;
-    const std::uint64_t* live = b.live + page.live;
+  const std::int64_t walk = for_each_head_page(b, h, [&](const CudaTierDesc& t, const std::uint8_t* bytes,
+                                                         const std::uint64_t* live, std::int64_t walk0) {
     const bool fused = t.key.dtype == kInt && t.key.granularity == kPerToken;
     for (std::int64_t slot = warp; slot < t.tokens; slot += kWarps) {
       if (!slot_live(live, slot)) {
-        if (lane < h.group) logits[lane * slots + walk + slot] = -INFINITY;
+        if (lane < h.group) logits[lane * slots + walk0 + slot] = -INFINITY;
         continue;
       }
       for (int i = 0; i < kPerLane; ++i) {
@@ -175,10 +186,9 @@ __global__ void __launch_bounds__(kThreads) PagedDecodeKernel(CudaDecodeBatch b,
         s = load_f16(m);
         z = load_f16(m + 2);
       }
-      write_logits(x, fused, s, z, q, q_sums, h, logits, walk + slot);
+      write_logits(x, fused, s, z, q, q_sums, h, logits, walk0 + slot);
     }
-    walk += t.tokens;
-  }
+  });
   for (std::int64_t r = warp; r < h.residual_tokens; r += kWarps) {
     for (int i = 0; i < kPerLane; ++i) {
       const std::int64_t c = lane + 32 * i;
@@ -208,20 +218,15 @@ __global__ void __launch_bounds__(kThreads) PagedDecodeKernel(CudaDecodeBatch b,
   for (std::int64_t c = tid; c < d; c += kThreads) {
     float acc[kMaxGroup];
     for (int g = 0; g < kMaxGroup; ++g) acc[g] = 0.0f;
-    std::int64_t j0 = 0;
-    for (std::int64_t p = 0; p < h.pages; ++p) {
-      const CudaPageDesc& page = pages[p];
-      const CudaTierDesc& t = tiers[page.tier];
-      const std::uint8_t* bytes = b.pages + page.bytes;
-      const std::uint64_t* live = b.live + page.live;
+    const std::int64_t j0 = for_each_head_page(b, h, [&](const CudaTierDesc& t, const std::uint8_t* bytes,
+                                                         const std::uint64_t* live, std::int64_t walk0) {
       for (std::int64_t slot = 0; slot < t.tokens; ++slot) {
         if (!slot_live(live, slot)) continue;  // poison: never read
         const float raw = raw_element(t.value, false, bytes + t.value_codes, t.tokens, slot, c);
         const float v = dequantize_element(t.value, bytes + t.value_meta, slot, c, d, raw);
-        for (std::int64_t g = 0; g < h.group; ++g) acc[g] += logits[g * slots + j0 + slot] * v;
+        for (std::int64_t g = 0; g < h.group; ++g) acc[g] += logits[g * slots + walk0 + slot] * v;
       }
-      j0 += t.tokens;
-    }
+    });
     for (std::int64_t r = 0; r < h.residual_tokens; ++r) {
       const float v = quant::f16_to_float(b.residual_values[h.residual + r * d + c]);
       for (std::int64_t g = 0; g < h.group; ++g) acc[g] += logits[g * slots + j0 + r] * v;
