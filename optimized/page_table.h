@@ -24,6 +24,7 @@ namespace kvcheck {
 inline constexpr PageId kNoPage = -1;
 inline constexpr int kHighTier = 0;
 inline constexpr int kLowTier = 1;
+inline constexpr int kTiers = 2;  // per-tier arrays are [kTiers], indexed by kHighTier and kLowTier
 
 // Which (request, layer, kv-head) a table or a page belongs to.
 struct HeadKey {

@@ -2,6 +2,7 @@
 #include "optimized/unified_page_manager.h"
 
 #include <algorithm>
+#include <iterator>
 #include <set>
 #include <stdexcept>
 #include <tuple>
@@ -15,7 +16,9 @@ namespace kvcheck {
 
 UnifiedPageManager::UnifiedPageManager(PageManagerConfig config)
     : config_(std::move(config)), pool_(config_.pool), list_(config_.pool.pages) {
-  if (pool_.tiers() != 2) throw input_error("page manager", "tiers", "needs 2 tiers (high, low), got {}", pool_.tiers());
+  if (pool_.tiers() != kTiers) {
+    throw input_error("page manager", "tiers", "needs 2 tiers (high, low), got {}", pool_.tiers());
+  }
   if (config_.layers <= 0 || config_.layers > INT32_MAX) {
     throw input_error("page manager", "layers", "must be in [1, {}], got {}", INT32_MAX, config_.layers);
   }
@@ -40,18 +43,25 @@ const UnifiedPageManager::RequestState& UnifiedPageManager::request_state(std::i
   return it->second;
 }
 
-UnifiedPageManager::HeadState& UnifiedPageManager::head_state(std::int64_t request, std::int32_t layer,
-                                                              std::int32_t head, const char* operation) {
-  RequestState& r = request_state(request, operation);
+std::size_t UnifiedPageManager::head_index(std::int64_t request, std::int32_t layer, std::int32_t head,
+                                           const char* operation) const {
   if (layer < 0 || layer >= config_.layers || head < 0 || head >= config_.kv_heads) {
     throw input_error(HeadKey{request, layer, head}.where(), operation, "no such layer / kv-head ({} x {})",
                       config_.layers, config_.kv_heads);
   }
-  return r.heads[static_cast<std::size_t>(layer * config_.kv_heads + head)];
+  return static_cast<std::size_t>(layer * config_.kv_heads + head);
+}
+
+// The request is looked up first, so an unknown request is named as such whatever the head.
+UnifiedPageManager::HeadState& UnifiedPageManager::head_state(std::int64_t request, std::int32_t layer,
+                                                              std::int32_t head, const char* operation) {
+  RequestState& r = request_state(request, operation);
+  return r.heads[head_index(request, layer, head, operation)];
 }
 const UnifiedPageManager::HeadState& UnifiedPageManager::head_state(std::int64_t request, std::int32_t layer,
                                                                     std::int32_t head, const char* operation) const {
-  return const_cast<UnifiedPageManager*>(this)->head_state(request, layer, head, operation);
+  const RequestState& r = request_state(request, operation);
+  return r.heads[head_index(request, layer, head, operation)];
 }
 
 bool UnifiedPageManager::prompted(std::int64_t request) const { return request_state(request, "prompted").prompted; }
@@ -130,7 +140,7 @@ void UnifiedPageManager::admit(std::int64_t request) {
   for (std::int64_t l = 0; l < config_.layers; ++l) {
     for (std::int64_t k = 0; k < config_.kv_heads; ++k) {
       r.heads.push_back(HeadState{
-          PageTable(HeadKey{request, static_cast<std::int32_t>(l), static_cast<std::int32_t>(k)}, table_length_), {0, 0}});
+          PageTable(HeadKey{request, static_cast<std::int32_t>(l), static_cast<std::int32_t>(k)}, table_length_), {}});
     }
   }
   requests_.emplace(request, std::move(r));
@@ -192,7 +202,9 @@ void UnifiedPageManager::prompt_phase(std::span<const PromptRequest> batch) {
   std::vector<std::int64_t> allocate(static_cast<std::size_t>(n)), recycle(static_cast<std::size_t>(n));
   for_each_head(n, config_.compaction, [&](std::int64_t k) {
     const auto i = static_cast<std::size_t>(k);
-    const TierDemand demand[2] = {{plans[i]->high, conservative[i], a}, {plans[i]->low, 0, b}};
+    TierDemand demand[kTiers];
+    demand[kHighTier] = {plans[i]->high, conservative[i], a};
+    demand[kLowTier] = {plans[i]->low, 0, b};
     const HeadPlan hp = plan_head(demand, /*convertible=*/true);
     allocate[i] = hp.allocate;
     recycle[i] = hp.recycle;
@@ -317,7 +329,8 @@ UnifiedPageManager::HeadStep UnifiedPageManager::resolve_step(const DecodeHead& 
 // its pages are full without them (never both tiers: a demotion frees a high slot).
 void UnifiedPageManager::plan_reuse(HeadStep& s) const {
   const HeadState& h = *s.head;
-  std::int64_t live[2] = {h.live[kHighTier], h.live[kLowTier]};
+  std::int64_t live[kTiers];
+  std::copy(std::begin(h.live), std::end(h.live), std::begin(live));
   int tier = -1;
   if (s.evict) live[s.evict->tier] -= 1;
   if (s.demote) {
@@ -508,7 +521,8 @@ void UnifiedPageManager::decode_step(std::span<const DecodeHead> heads) {
 // ---- compaction and release -----------------------------------------------------------------
 
 void UnifiedPageManager::repack() {
-  const std::int64_t tpp[2] = {pool_.tokens_per_page(kHighTier), pool_.tokens_per_page(kLowTier)};
+  std::int64_t tpp[kTiers];
+  for (int tier : {kHighTier, kLowTier}) tpp[tier] = pool_.tokens_per_page(tier);
   std::vector<HeadState*> heads;
   for (auto& [id, r] : requests_) {
     for (HeadState& h : r.heads) heads.push_back(&h);
@@ -523,8 +537,8 @@ void UnifiedPageManager::repack() {
       shared[static_cast<std::size_t>(k)] = 1;
       return;
     }
-    const TierDemand demand[2] = {{h.live[0], h.table.count(kHighTier), tpp[0]},
-                                  {h.live[1], h.table.count(kLowTier), tpp[1]}};
+    TierDemand demand[kTiers];
+    for (int tier : {kHighTier, kLowTier}) demand[tier] = {h.live[tier], h.table.count(tier), tpp[tier]};
     recycle[static_cast<std::size_t>(k)] = plan_head(demand, /*convertible=*/false).recycle;
   });
   record(kvcheck::compaction_round(list_, none, recycle, config_.compaction, [&](std::int64_t k, std::int64_t, std::int64_t to) {
@@ -584,7 +598,7 @@ void UnifiedPageManager::release(std::int64_t request) {
       }
     }
     h.table.clear();
-    h.live[0] = h.live[1] = 0;
+    h.live[kHighTier] = h.live[kLowTier] = 0;
   }));
   requests_.erase(request);
 }
@@ -665,7 +679,7 @@ PageManagerStats UnifiedPageManager::stats() const {
   PageManagerStats s;
   s.pool_pages = list_.pool_size();
   s.free_pages = list_.free_count();
-  s.tiers.resize(2);
+  s.tiers.resize(kTiers);
   for (const auto& [id, r] : requests_) {
     std::int64_t pages = 0;
     for (const HeadState& h : r.heads) {
@@ -679,8 +693,8 @@ PageManagerStats UnifiedPageManager::stats() const {
     }
     s.bytes_per_request[id] = pages * pool_.page_bytes();
   }
-  const std::int64_t live = s.tiers[0].live_slots + s.tiers[1].live_slots;
-  const std::int64_t allocated = s.tiers[0].allocated_slots + s.tiers[1].allocated_slots;
+  const std::int64_t live = s.tiers[kHighTier].live_slots + s.tiers[kLowTier].live_slots;
+  const std::int64_t allocated = s.tiers[kHighTier].allocated_slots + s.tiers[kLowTier].allocated_slots;
   s.internal_fragmentation = allocated == 0 ? 0.0 : 1.0 - static_cast<double>(live) / static_cast<double>(allocated);
   s.ids_copied = ids_copied_;
   s.compaction_rounds = rounds_;

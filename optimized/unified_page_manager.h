@@ -36,6 +36,11 @@
 //                  round of its own before the step's round. Repack skips a head that holds a
 //                  shared page (compaction never moves or recycles a page another table lists).
 //
+// Tiers: every tier index here (SlotRef::tier, PageRef::tier, the `tier` arguments, the per-tier
+// arrays HeadState::live and HeadStep::new_pages, PageManagerStats::tiers) is kHighTier or
+// kLowTier (optimized/page_table.h), and per-tier arrays are indexed by those names, never by a
+// literal 0 or 1. The pool's tier t is the same tier.
+//
 // Every operation validates first and changes nothing when it fails: InputError for bad input or
 // a page table that would overflow (naming request / layer / head), PoolExhausted when the free
 // list cannot satisfy the round (the caller can preempt and retry). The ids each head gets, and
@@ -111,7 +116,7 @@ struct DecodeHead {
   SlotStrategy slots = SlotStrategy::kSlotReuse;
 };
 
-struct TierStats {
+struct TierStats {  // PageManagerStats::tiers[kHighTier], [kLowTier]
   std::int64_t pages = 0;
   std::int64_t live_slots = 0;
   std::int64_t allocated_slots = 0;  // pages * tokens per page
@@ -158,12 +163,12 @@ class UnifiedPageManager {
   const PageTable& table(std::int64_t request, std::int32_t layer, std::int32_t head) const;
   std::int64_t live_tokens(std::int64_t request, std::int32_t layer, std::int32_t head, int tier) const;
   std::int64_t bytes_held(std::int64_t request, std::int32_t layer, std::int32_t head) const;
-  // The live slot of a token position in a tier, if any (a linear scan of the head's pages).
   // The head's live slots in walk order (high pages in table order, then low; slot order): what
   // a StepDecision's indices name.
   void live_slots(std::int64_t request, std::int32_t layer, std::int32_t head, std::vector<SlotRef>& slots) const;
   // The index-th of them (InputError naming the head when there are not that many).
   SlotRef live_slot(std::int64_t request, std::int32_t layer, std::int32_t head, std::size_t index) const;
+  // The live slot of a token position in a tier, if any (a linear scan of the head's pages).
   std::optional<SlotRef> find_slot(std::int64_t request, std::int32_t layer, std::int32_t head, int tier,
                                    std::int32_t position) const;
   PageId page_of(std::int64_t request, std::int32_t layer, std::int32_t head, const SlotRef& slot) const;
@@ -178,7 +183,7 @@ class UnifiedPageManager {
  private:
   struct HeadState {
     PageTable table;
-    std::int64_t live[2] = {0, 0};
+    std::int64_t live[kTiers] = {};  // live tokens per tier
   };
   struct RequestState {
     bool prompted = false;
@@ -187,6 +192,9 @@ class UnifiedPageManager {
 
   RequestState& request_state(std::int64_t request, const char* operation);
   const RequestState& request_state(std::int64_t request, const char* operation) const;
+  // The index of (layer, head) in RequestState::heads, layer-major (InputError naming the head
+  // when there is no such layer or kv-head); both head_state overloads go through it.
+  std::size_t head_index(std::int64_t request, std::int32_t layer, std::int32_t head, const char* operation) const;
   HeadState& head_state(std::int64_t request, std::int32_t layer, std::int32_t head, const char* operation);
   const HeadState& head_state(std::int64_t request, std::int32_t layer, std::int32_t head,
                               const char* operation) const;
@@ -213,7 +221,7 @@ class UnifiedPageManager {
     const DecodeHead* op = nullptr;
     std::optional<SlotRef> evict, demote;  // the decision's indices, resolved
     bool flush = false;                    // every live high token moves to low (the head holds some)
-    std::int64_t new_pages[2] = {0, 0};
+    std::int64_t new_pages[kTiers] = {};
     std::vector<PageRef> drop;
     // The new token's slot: nullopt, the first dead high slot once the other tokens have moved;
     // otherwise a page and slot (kNoPage: the new high page, whose slot 0 it takes).
