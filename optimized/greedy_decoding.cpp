@@ -55,17 +55,35 @@ std::int32_t greedy_token(std::int64_t request, std::span<const float> logits, s
   return static_cast<std::int32_t>(best);
 }
 
+const char* stop_reason_name(StopReason reason) {
+  switch (reason) {
+    case StopReason::kEos: return "eos";
+    case StopReason::kMaxNewTokens: return "max_new_tokens";
+    case StopReason::kMaxPositionEmbeddings: return "max_position_embeddings";
+    case StopReason::kCancelled: return "cancelled";
+    case StopReason::kError: return "error";
+  }
+  return "?";
+}
+
+std::optional<StopReason> greedy_stop(const ModelConfig& config, std::int64_t prompt_tokens,
+                                      std::span<const std::int32_t> generated, std::int64_t max_new_tokens,
+                                      bool stop_at_eos) {
+  const auto& eos = config.eos_token_ids;
+  if (stop_at_eos && !generated.empty() && std::find(eos.begin(), eos.end(), generated.back()) != eos.end()) {
+    return StopReason::kEos;
+  }
+  const auto n = static_cast<std::int64_t>(generated.size());
+  if (n >= max_new_tokens) return StopReason::kMaxNewTokens;
+  if (prompt_tokens + n >= config.max_position_embeddings) return StopReason::kMaxPositionEmbeddings;
+  return std::nullopt;
+}
+
 const char* greedy_stop_reason(const ModelConfig& config, std::int64_t prompt_tokens,
                                std::span<const std::int32_t> generated, std::int64_t max_new_tokens,
                                bool stop_at_eos) {
-  const auto& eos = config.eos_token_ids;
-  if (stop_at_eos && !generated.empty() && std::find(eos.begin(), eos.end(), generated.back()) != eos.end()) {
-    return "eos";
-  }
-  const auto n = static_cast<std::int64_t>(generated.size());
-  if (n >= max_new_tokens) return "max_new_tokens";
-  if (prompt_tokens + n >= config.max_position_embeddings) return "max_position_embeddings";
-  return nullptr;
+  const std::optional<StopReason> reason = greedy_stop(config, prompt_tokens, generated, max_new_tokens, stop_at_eos);
+  return reason ? stop_reason_name(*reason) : nullptr;
 }
 
 }  // namespace kvcheck

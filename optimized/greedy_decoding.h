@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "reference/config.h"
@@ -14,9 +15,20 @@ namespace kvcheck {
 // when a logit is NaN.
 std::int32_t greedy_token(std::int64_t request, std::span<const float> logits, std::int64_t position);
 
-// Why generation stops after `generated`, or nullptr to go on. EOS first (when stop_at_eos and
+// Why a sequence stopped. The first three are the decoding rules' (greedy_stop); a scheduler
+// adds kCancelled and kError.
+enum class StopReason { kEos, kMaxNewTokens, kMaxPositionEmbeddings, kCancelled, kError };
+// The name results carry and the CLI and JSON print: "eos", "max_new_tokens",
+// "max_position_embeddings", "cancelled", "error".
+const char* stop_reason_name(StopReason reason);
+
+// Why generation stops after `generated`, or nullopt to go on. EOS first (when stop_at_eos and
 // the last generated token is one of the config's eos ids), then the token budget, then the
-// context ("eos", "max_new_tokens", "max_position_embeddings").
+// context.
+std::optional<StopReason> greedy_stop(const ModelConfig& config, std::int64_t prompt_tokens,
+                                      std::span<const std::int32_t> generated, std::int64_t max_new_tokens,
+                                      bool stop_at_eos);
+// greedy_stop's reason by name (stop_reason_name), or nullptr to go on.
 const char* greedy_stop_reason(const ModelConfig& config, std::int64_t prompt_tokens,
                                std::span<const std::int32_t> generated, std::int64_t max_new_tokens,
                                bool stop_at_eos);

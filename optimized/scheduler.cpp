@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <exception>
 #include <utility>
 
 #include "optimized/greedy_decoding.h"
@@ -86,8 +85,8 @@ std::int64_t Scheduler::reserved_pages() const {
   return pages;
 }
 
-std::int64_t Scheduler::live(const Running& r) {
-  return std::count_if(r.seqs.begin(), r.seqs.end(), [](const Sequence& q) { return q.done == nullptr; });
+std::int64_t Scheduler::live(const Queued& r) {
+  return std::count_if(r.seqs.begin(), r.seqs.end(), [](const Sequence& q) { return !q.done; });
 }
 
 std::int64_t Scheduler::running_sequences() const {
@@ -96,7 +95,7 @@ std::int64_t Scheduler::running_sequences() const {
   return n;
 }
 
-std::int64_t Scheduler::pages_needed(const Running& r) const {
+std::int64_t Scheduler::pages_needed(const Queued& r) const {
   // Sequences after the first share the prompt's whole pages (a partly filled last page is
   // copied on their first write, so it counts for each).
   const std::int64_t tpp = cache_.manager().pool().tokens_per_page(kHighTier);
@@ -105,17 +104,16 @@ std::int64_t Scheduler::pages_needed(const Running& r) const {
   std::int64_t need = 0;
   bool first = true;
   for (const Sequence& q : r.seqs) {
-    if (q.done != nullptr) continue;
+    if (q.done) continue;
     need += cache_.request_pages(context(r, q) + 1) - (first ? 0 : shared);
     first = false;
   }
   return need;
 }
 
-void Scheduler::release_sequences(Running& r, bool preempted) {
-  drop_prefix(r);
+void Scheduler::release_sequences(Queued& r, bool preempted) {
   for (const Sequence& q : r.seqs) {
-    if (q.done != nullptr || !cache_.has(q.id)) continue;
+    if (q.done || !cache_.has(q.id)) continue;
     if (preempted) {
       cache_.preempt(q.id);
     } else {
@@ -124,7 +122,7 @@ void Scheduler::release_sequences(Running& r, bool preempted) {
   }
 }
 
-std::int32_t Scheduler::next_token(const Running& r, const Sequence& q, std::span<const float> logits,
+std::int32_t Scheduler::next_token(const Queued& r, const Sequence& q, std::span<const float> logits,
                                    std::int64_t position) const {
   return sample_token(r.request.id, logits, position,
                       SamplingParams{r.request.temperature, r.request.top_p, r.request.seed}, q.sample);
@@ -136,7 +134,7 @@ std::int64_t Scheduler::reservation_tokens(const GenerationRequest& request) con
   return cap > config_.reserve_tokens - prompt ? config_.reserve_tokens : prompt + cap;  // no overflow
 }
 
-void Scheduler::append_token(Running& r, Sequence& q, std::int32_t token) {
+void Scheduler::append_token(Queued& r, Sequence& q, std::int32_t token) {
   q.tokens.push_back(token);
   if (config_.on_token) config_.on_token(r.request.id, q.tokens.size());
 }
@@ -147,7 +145,7 @@ void Scheduler::submit(GenerationRequest request) {
     throw InputError(fmt::format("request {}: ids below -2^62 are the prefix cache's own", request.id));
   }
   const ModelConfig& c = runner_.weights().config;
-  Running r;
+  Queued r;
   r.result.id = request.id;
   r.request = std::move(request);
   order_.push_back(r.request.id);
@@ -182,8 +180,8 @@ void Scheduler::submit(GenerationRequest request) {
   } else if (r.request.first_sample < 0) {
     error = fmt::format("first_sample {}: expected >= 0", r.request.first_sample);
   } else if (reservation > 0 && cache_.request_pages(reservation) * r.request.n > cache_.pool_pages()) {
-    // Each sample reserves its own maximum length (the ci/fuzz.sh scheduler target found a group
-    // whose reservations together exceeded the pool: it waited forever).
+    // Each sample reserves its own maximum length: a group whose reservations together exceed
+    // the pool could never be admitted.
     error = fmt::format("a contiguous reservation of {} tokens (prompt {} + output cap {}, at most {}){} needs {} "
                         "pages, the pool has {}",
                         reservation, prompt, r.request.max_new_tokens, config_.reserve_tokens,
@@ -195,51 +193,61 @@ void Scheduler::submit(GenerationRequest request) {
     return;
   }
   for (std::int64_t k = 0; k < r.request.n; ++k) {
-    r.seqs.push_back(Sequence{k == 0 ? r.request.id : next_fork_id_--, r.request.first_sample + k, {}, nullptr});
+    r.seqs.push_back(Sequence{k == 0 ? r.request.id : next_fork_id_--, r.request.first_sample + k, {}, std::nullopt});
   }
   waiting_.push_back(std::move(r));
 }
 
-const char* Scheduler::stop_reason(const Running& r, const Sequence& q) const {
-  return greedy_stop_reason(runner_.weights().config, static_cast<std::int64_t>(r.request.prompt.size()),
-                            q.tokens, r.request.max_new_tokens, r.request.stop_at_eos);
+std::optional<StopReason> Scheduler::stop_reason(const Queued& r, const Sequence& q) const {
+  return greedy_stop(runner_.weights().config, static_cast<std::int64_t>(r.request.prompt.size()), q.tokens,
+                     r.request.max_new_tokens, r.request.stop_at_eos);
 }
 
-// The request's result from its sequences: a sequence that stopped keeps its reason, the live
-// ones (none unless cancelled, or finished before any forward) take `reason`.
-void Scheduler::finish(Running& r, const std::string& reason) {
+void Scheduler::finish(Queued& r, std::optional<StopReason> live_reason) {
   release_sequences(r, false);
-  std::vector<std::string> reasons;
-  for (const Sequence& q : r.seqs) reasons.emplace_back(q.done != nullptr ? std::string(q.done) : reason);
-  const std::string stop = reason == "cancelled" ? reason : reasons.front();
-  record(r, stop, std::move(reasons));
+  std::vector<StopReason> reasons;
+  for (const Sequence& q : r.seqs) reasons.push_back(q.done ? *q.done : live_reason.value());
+  const StopReason stop = live_reason == StopReason::kCancelled ? StopReason::kCancelled : reasons.front();
+  record(r, stop, reasons);
 }
 
-void Scheduler::record(Running& r, const std::string& stop_reason, std::vector<std::string> sample_reasons) {
+void Scheduler::finish_running(Running& r, std::optional<StopReason> live_reason) {
+  drop_prefix(r);
+  finish(r, live_reason);
+}
+
+// The boundary where stop reasons become the names results carry.
+void Scheduler::record(Queued& r, StopReason stop, const std::vector<StopReason>& sample_reasons) {
   r.result.tokens = r.seqs.empty() ? std::vector<std::int32_t>{} : r.seqs.front().tokens;
-  r.result.stop_reason = stop_reason;
+  r.result.stop_reason = stop_reason_name(stop);
   if (r.seqs.size() > 1) {
     r.result.samples.clear();
     for (const Sequence& q : r.seqs) r.result.samples.push_back(q.tokens);
-    r.result.sample_stop_reasons = std::move(sample_reasons);
+    r.result.sample_stop_reasons.clear();
+    for (StopReason reason : sample_reasons) r.result.sample_stop_reasons.emplace_back(stop_reason_name(reason));
   }
   r.result.finished_step = step_;
   results_[r.request.id] = r.result;
 }
 
-void Scheduler::finish_sequence(Running& r, Sequence& q, const char* reason) {
+void Scheduler::finish_sequence(Running& r, Sequence& q, StopReason reason) {
   q.done = reason;
   cache_.release(q.id);  // a page another sample still lists only drops its count
-  if (live(r) == 0) finish(r, "");
+  if (live(r) == 0) finish_running(r, std::nullopt);
 }
 
-void Scheduler::fail(Running& r, const std::string& error) {
+void Scheduler::fail(Queued& r, const std::string& error) {
   release_sequences(r, false);
   // Errors from the engine (RequestInputError, InputError) already name the request.
   const std::string name = fmt::format("request {}: ", r.request.id);
   r.result.error = error.starts_with(name) ? error : name + error;
   log(r.result.error);
-  record(r, "error", std::vector<std::string>(r.seqs.size(), "error"));
+  record(r, StopReason::kError, std::vector<StopReason>(r.seqs.size(), StopReason::kError));
+}
+
+void Scheduler::fail_running(Running& r, const std::string& error) {
+  drop_prefix(r);
+  fail(r, error);
 }
 
 void Scheduler::start(Running& r, const PrefixPageCache::Hit& hit) {
@@ -256,7 +264,7 @@ void Scheduler::start(Running& r, const PrefixPageCache::Hit& hit) {
   const auto prompt_tokens = static_cast<std::int64_t>(prompt.size());
   std::vector<Sequence*> seqs;  // the live ones; the first prefills, the others share its prompt pages
   for (Sequence& q : r.seqs) {
-    if (q.done == nullptr) seqs.push_back(&q);
+    if (!q.done) seqs.push_back(&q);
   }
   const std::int64_t lead = seqs.front()->id;
   std::vector<float> logits;
@@ -291,6 +299,7 @@ void Scheduler::start(Running& r, const PrefixPageCache::Hit& hit) {
       return;
     }
   } catch (...) {
+    drop_prefix(r);
     release_sequences(r, false);
     throw;
   }
@@ -298,109 +307,141 @@ void Scheduler::start(Running& r, const PrefixPageCache::Hit& hit) {
   for (Sequence* q : seqs) append_token(r, *q, next_token(r, *q, last, prompt_tokens - 1));
 }
 
+Scheduler::Queued Scheduler::take_front() {
+  Queued r = std::move(waiting_.front());
+  waiting_.pop_front();
+  return r;
+}
+
+// Back in the queue a request holds no pages and pins nothing: what Running adds to Queued is
+// made again at its next admission.
+void Scheduler::requeue(Running&& r) {
+  waiting_.push_front(std::move(static_cast<Queued&>(r)));
+}
+
 void Scheduler::admit() {
   const std::int64_t pool = cache_.pool_pages();
   const auto limit = static_cast<std::int64_t>(std::floor(config_.high_watermark * static_cast<double>(pool)));
-  while (!waiting_.empty()) {
-    Running& r = waiting_.front();
-    if (r.request.arrival_step > step_) break;
-    // max_batch bounds the sequences decoding; a request's samples join together (one alone
-    // when nothing runs, whatever its n).
-    if (!running_.empty() && running_sequences() + live(r) > config_.max_batch) break;
-    // max_new_tokens 0, or a prompt filling the context: done before any forward, and before
-    // any page is asked for.
-    if (const char* reason = r.seqs.front().tokens.empty() ? stop_reason(r, r.seqs.front()) : nullptr) {
-      Running nothing = std::move(r);
-      waiting_.pop_front();
-      finish(nothing, reason);
-      continue;
-    }
-    if (config_.reserve_tokens > 0) {
-      // Contiguous allocation: the whole reservation is taken at admission, growth never asks.
-      r.reserved_pages = cache_.request_pages(reservation_tokens(r.request)) * live(r);
-      if (reserved_pages() + r.reserved_pages > pool) {
-        log(fmt::format("request {} waits: its reservation of {} pages does not fit beside {} reserved of {}",
-                        r.request.id, r.reserved_pages, reserved_pages(), pool));
-        break;
-      }
-    }
-    // The pages of its context plus the next token must fit under the watermark beside the
-    // running requests. With nothing running it is let in whatever it needs: start() fails it if
-    // its context cannot be placed even alone, and decode if it cannot grow even alone (waiting
-    // would be forever: the ci/fuzz.sh scheduler target found a request whose prompt filled the
-    // pool exactly, so that its next token never fit, waiting through 78 million steps).
-    std::int64_t need = pages_needed(r);
-    // A prefix hit (the cached whole pages of the prompt, leaving at least its last token to
-    // compute) brings its pages along; they stay pinned while room is made, so that the
-    // eviction below does not take them, and start() prefills after them.
-    PrefixPageCache::Hit hit;
-    if (prefix_ && !r.swapped) {
-      ++stats_.prefix_lookups;
-      hit = prefix_->lookup(r.request.prompt, static_cast<std::int64_t>(r.request.prompt.size()) - 1);
-      prefix_->pin(hit.chain);
-      need -= static_cast<std::int64_t>(hit.chain.size()) * cache_.manager().heads_per_request();
-    }
-    const auto unpin_hit = [&] {
-      if (prefix_) prefix_->unpin(hit.chain);
-    };
-    // Idle cached pages count as used until they are evicted, oldest first, to make room.
-    while (config_.reserve_tokens == 0 && pool - cache_.free_pages() + need > limit && !running_.empty() &&
-           evict_cached()) {
-    }
-    const std::int64_t used = pool - cache_.free_pages();
-    if (config_.reserve_tokens == 0 && used + need > limit && !running_.empty()) {
-      unpin_hit();
-      log(fmt::format("request {} waits: needs {} pages, {} used of {} (watermark {} pages)", r.request.id, need,
-                      used, pool, limit));
-      break;
-    }
-    std::exception_ptr error;
-    for (;;) {
-      try {
-        start(r, hit);
-      } catch (const PoolExhausted&) {
-        if (evict_cached()) continue;  // start changed nothing: try again with the room made
-        error = std::current_exception();
-      } catch (...) {
-        error = std::current_exception();
-      }
-      break;
-    }
-    unpin_hit();
-    try {
-      if (error) std::rethrow_exception(error);
-    } catch (const PoolExhausted& e) {
-      if (running_.empty()) {
-        Running failed = std::move(r);
-        waiting_.pop_front();
-        fail(failed, fmt::format("cannot run even alone: {}", e.what()));
-        continue;
-      }
-      log(fmt::format("request {} waits: {}", r.request.id, e.what()));
-      break;
-    } catch (const InputError& e) {
-      Running failed = std::move(r);
-      waiting_.pop_front();
-      fail(failed, e.what());
-      continue;
-    }
-    if (r.result.admitted_step < 0) r.result.admitted_step = step_;
-    r.admit_order = admit_counter_++;
-    Running admitted = std::move(r);
-    waiting_.pop_front();
-    for (Sequence& q : admitted.seqs) {
-      if (q.done != nullptr) continue;
-      if (const char* reason = stop_reason(admitted, q)) {
-        q.done = reason;
-        cache_.release(q.id);
-      }
-    }
-    if (live(admitted) == 0) {
-      finish(admitted, "");
-      continue;
-    }
-    running_.push_back(std::move(admitted));
+  while (!waiting_.empty() && admit_front(pool, limit) != Admission::kWait) {
   }
+}
+
+Scheduler::Admission Scheduler::admit_front(std::int64_t pool, std::int64_t limit) {
+  const Queued& w = waiting_.front();
+  if (w.request.arrival_step > step_) return Admission::kWait;
+  // max_batch bounds the sequences decoding; a request's samples join together (one alone
+  // when nothing runs, whatever its n).
+  if (!running_.empty() && running_sequences() + live(w) > config_.max_batch) return Admission::kWait;
+  // max_new_tokens 0, or a prompt filling the context: done before any forward, and before
+  // any page is asked for.
+  if (const std::optional<StopReason> reason =
+          w.seqs.front().tokens.empty() ? stop_reason(w, w.seqs.front()) : std::nullopt) {
+    Queued nothing = take_front();
+    finish(nothing, reason);
+    return Admission::kEnded;
+  }
+  std::int64_t reserved = 0;
+  if (config_.reserve_tokens > 0) {
+    // Contiguous allocation: the whole reservation is taken at admission, growth never asks.
+    reserved = cache_.request_pages(reservation_tokens(w.request)) * live(w);
+    if (reserved_pages() + reserved > pool) {
+      log(fmt::format("request {} waits: its reservation of {} pages does not fit beside {} reserved of {}",
+                      w.request.id, reserved, reserved_pages(), pool));
+      return Admission::kWait;
+    }
+  }
+  // The pages of its context plus the next token must fit under the watermark beside the
+  // running requests. With nothing running it is let in whatever it needs (waiting for room
+  // would be forever): start() fails it if its context cannot be placed even alone, and decode
+  // if it cannot grow even alone.
+  std::int64_t need = pages_needed(w);
+  // A prefix hit's pages stay pinned while room is made, so that the eviction below does not
+  // take them, and start() prefills after them.
+  const PrefixPageCache::Hit hit = pin_prefix_hit(w, need);
+  const auto unpin_hit = [&] {
+    if (prefix_) prefix_->unpin(hit.chain);
+  };
+  // Idle cached pages count as used until they are evicted, oldest first, to make room.
+  while (config_.reserve_tokens == 0 && pool - cache_.free_pages() + need > limit && !running_.empty() &&
+         evict_cached()) {
+  }
+  const std::int64_t used = pool - cache_.free_pages();
+  if (config_.reserve_tokens == 0 && used + need > limit && !running_.empty()) {
+    unpin_hit();
+    log(fmt::format("request {} waits: needs {} pages, {} used of {} (watermark {} pages)", w.request.id, need,
+                    used, pool, limit));
+    return Admission::kWait;
+  }
+  Running r{take_front()};
+  r.reserved_pages = reserved;
+  StartResult started;
+  try {
+    started = start_with_room(r, hit);
+  } catch (...) {
+    unpin_hit();
+    requeue(std::move(r));
+    throw;
+  }
+  unpin_hit();
+  switch (started.outcome) {
+    case StartResult::Outcome::kStarted:
+      return enter_batch(std::move(r));
+    case StartResult::Outcome::kNoRoom:
+      if (running_.empty()) {
+        fail_running(r, fmt::format("cannot run even alone: {}", started.message));
+        return Admission::kEnded;
+      }
+      log(fmt::format("request {} waits: {}", r.request.id, started.message));
+      requeue(std::move(r));
+      return Admission::kWait;
+    case StartResult::Outcome::kInvalid:
+      fail_running(r, started.message);
+      return Admission::kEnded;
+  }
+  return Admission::kWait;
+}
+
+PrefixPageCache::Hit Scheduler::pin_prefix_hit(const Queued& r, std::int64_t& need) {
+  PrefixPageCache::Hit hit;
+  if (prefix_ && !r.swapped) {
+    ++stats_.prefix_lookups;
+    hit = prefix_->lookup(r.request.prompt, static_cast<std::int64_t>(r.request.prompt.size()) - 1);
+    prefix_->pin(hit.chain);
+    need -= static_cast<std::int64_t>(hit.chain.size()) * cache_.manager().heads_per_request();
+  }
+  return hit;
+}
+
+Scheduler::StartResult Scheduler::start_with_room(Running& r, const PrefixPageCache::Hit& hit) {
+  for (;;) {
+    try {
+      start(r, hit);
+      return {};
+    } catch (const PoolExhausted& e) {
+      if (evict_cached()) continue;  // start changed nothing: try again with the room made
+      return {StartResult::Outcome::kNoRoom, e.what()};
+    } catch (const InputError& e) {
+      return {StartResult::Outcome::kInvalid, e.what()};
+    }
+  }
+}
+
+Scheduler::Admission Scheduler::enter_batch(Running&& r) {
+  if (r.result.admitted_step < 0) r.result.admitted_step = step_;
+  r.admit_order = admit_counter_++;
+  for (Sequence& q : r.seqs) {
+    if (q.done) continue;
+    if (const std::optional<StopReason> reason = stop_reason(r, q)) {
+      q.done = reason;
+      cache_.release(q.id);
+    }
+  }
+  if (live(r) == 0) {
+    finish_running(r, std::nullopt);
+    return Admission::kEnded;
+  }
+  running_.push_back(std::move(r));
+  return Admission::kAdmitted;
 }
 
 void Scheduler::preempt(Running& r) {
@@ -452,6 +493,7 @@ void Scheduler::preempt(Running& r) {
 }
 
 void Scheduler::preempt_to_recompute(Running& r) {
+  drop_prefix(r);
   release_sequences(r, true);
   r.recompute = true;
   ++stats_.preemptions_recompute;
@@ -459,129 +501,146 @@ void Scheduler::preempt_to_recompute(Running& r) {
 }
 
 void Scheduler::decode() {
-  const ModelConfig& c = runner_.weights().config;
   for (;;) {
     if (running_.empty()) return;
-    // One row per live sequence, request by request.
-    // A sequence replaying after a preemption by recompute feeds a generated token again and
-    // samples nothing: only the other rows ask for logits.
-    std::vector<std::int64_t> ids;
-    std::vector<std::int32_t> tokens, positions;
-    std::vector<std::size_t> sampling;
-    for (const Running& r : running_) {
-      for (const Sequence& q : r.seqs) {
-        if (q.done != nullptr) continue;
-        const std::size_t k = q.tokens.size() - 1 - q.replay;
-        if (q.replay == 0) sampling.push_back(ids.size());
-        ids.push_back(q.id);
-        tokens.push_back(q.tokens[k]);
-        positions.push_back(static_cast<std::int32_t>(r.request.prompt.size() + k));
-      }
-    }
+    const DecodeBatch batch = decode_batch();
     try {
-      runner_.decode_into(ids, tokens, positions, &sampling, logits_);
+      runner_.decode_into(batch.ids, batch.tokens, batch.positions, &batch.sampling, logits_);
     } catch (const PoolExhausted& e) {
-      // Evict an idle cached prefix page first; then preempt the most recently admitted request
-      // and retry; alone and still too big: fail it.
-      if (evict_cached()) continue;
-      auto victim = std::max_element(running_.begin(), running_.end(), [](const Running& a, const Running& b) {
-        return a.admit_order < b.admit_order;
-      });
-      if (running_.size() == 1) {
-        Running failed = std::move(*victim);
-        running_.clear();
-        fail(failed, fmt::format("cannot grow even alone: {}", e.what()));
-        return;
-      }
-      Running preempted = std::move(*victim);
-      running_.erase(victim);
-      preempt(preempted);
-      waiting_.push_front(std::move(preempted));
-      continue;
+      if (make_room_for_decode(e)) continue;
+      return;
     } catch (const RequestInputError& e) {
-      // One request's own NaN or out-of-range key or value: it fails alone. The step was cut
-      // short part-way through the layers, so the others' caches may hold part of it: they are
-      // preempted by recompute, which replays them exactly, and rejoin at the front in the order
-      // they were admitted.
-      log(fmt::format("decode step failed for request {} ({}); the other {} requests of the step replay it",
-                      e.request(), e.what(), running_.size() - 1));
-      std::vector<Running> others;
-      for (Running& r : running_) {
-        if (std::any_of(r.seqs.begin(), r.seqs.end(), [&](const Sequence& q) { return q.id == e.request(); })) {
-          fail(r, e.what());
-          ++stats_.request_faults;
-        } else {
-          others.push_back(std::move(r));
-        }
-      }
-      running_.clear();
-      std::sort(others.begin(), others.end(),
-                [](const Running& a, const Running& b) { return a.admit_order > b.admit_order; });
-      for (Running& r : others) {
-        preempt_to_recompute(r);
-        waiting_.push_front(std::move(r));
-      }
+      fail_faulty_request(e);
       return;
     } catch (const InputError& e) {
       // Any other bad input of the step (none is known to reach here) fails its requests: each
       // ends with this error as its result, none is dropped.
       log(fmt::format("decode step failed ({}); failing its requests", e.what()));
-      for (Running& r : running_) fail(r, e.what());
+      for (Running& r : running_) fail_running(r, e.what());
       running_.clear();
       return;
     }
-    const auto sampled = static_cast<std::int64_t>(sampling.size());
-    stats_.decode_tokens += sampled;
-    stats_.replayed_rows += static_cast<std::int64_t>(ids.size()) - sampled;
-    if (sampled > 0) ++stats_.decode_steps;
-    stats_.max_batch_seen = std::max(stats_.max_batch_seen, sampled);
-    std::vector<Running> still;
-    std::size_t row = 0, sample_row = 0;
-    for (Running& r : running_) {
-      bool failed = false;
-      for (Sequence& q : r.seqs) {
-        if (q.done != nullptr) continue;
-        const std::size_t i = row++;
-        if (q.replay > 0) {
-          --q.replay;
-          continue;
-        }
-        const std::size_t s = sample_row++;
-        if (failed) continue;
-        try {
-          append_token(r, q,
-                       next_token(r, q, {logits_.data() + s * static_cast<std::size_t>(c.vocab_size),
-                                         static_cast<std::size_t>(c.vocab_size)},
-                                  positions[i]));
-        } catch (const InputError& e) {
-          fail(r, e.what());
-          failed = true;
-          continue;
-        }
-        if (const char* reason = stop_reason(r, q)) finish_sequence(r, q, reason);
-      }
-      if (!failed && live(r) > 0) still.push_back(std::move(r));
-    }
-    running_ = std::move(still);
+    take_samples(batch);
     return;
   }
 }
 
+// One row per live sequence, request by request. A sequence replaying after a preemption by
+// recompute feeds a generated token again and samples nothing: only the other rows ask for
+// logits.
+Scheduler::DecodeBatch Scheduler::decode_batch() const {
+  DecodeBatch b;
+  for (const Running& r : running_) {
+    for (const Sequence& q : r.seqs) {
+      if (q.done) continue;
+      const std::size_t k = q.tokens.size() - 1 - q.replay;
+      if (q.replay == 0) b.sampling.push_back(b.ids.size());
+      b.ids.push_back(q.id);
+      b.tokens.push_back(q.tokens[k]);
+      b.positions.push_back(static_cast<std::int32_t>(r.request.prompt.size() + k));
+    }
+  }
+  return b;
+}
+
+bool Scheduler::make_room_for_decode(const PoolExhausted& e) {
+  // Evict an idle cached prefix page first; then preempt the most recently admitted request
+  // and retry; alone and still too big: fail it.
+  if (evict_cached()) return true;
+  auto victim = std::max_element(running_.begin(), running_.end(), [](const Running& a, const Running& b) {
+    return a.admit_order < b.admit_order;
+  });
+  if (running_.size() == 1) {
+    Running failed = std::move(*victim);
+    running_.clear();
+    fail_running(failed, fmt::format("cannot grow even alone: {}", e.what()));
+    return false;
+  }
+  Running preempted = std::move(*victim);
+  running_.erase(victim);
+  preempt(preempted);
+  requeue(std::move(preempted));
+  return true;
+}
+
+void Scheduler::fail_faulty_request(const RequestInputError& e) {
+  // The step was cut short part-way through the layers, so the others' caches may hold part of
+  // it: they are preempted by recompute, which replays them exactly, and rejoin at the front in
+  // the order they were admitted.
+  log(fmt::format("decode step failed for request {} ({}); the other {} requests of the step replay it",
+                  e.request(), e.what(), running_.size() - 1));
+  std::vector<Running> others;
+  for (Running& r : running_) {
+    if (std::any_of(r.seqs.begin(), r.seqs.end(), [&](const Sequence& q) { return q.id == e.request(); })) {
+      fail_running(r, e.what());
+      ++stats_.request_faults;
+    } else {
+      others.push_back(std::move(r));
+    }
+  }
+  running_.clear();
+  std::sort(others.begin(), others.end(),
+            [](const Running& a, const Running& b) { return a.admit_order > b.admit_order; });
+  for (Running& r : others) {
+    preempt_to_recompute(r);
+    requeue(std::move(r));
+  }
+}
+
+void Scheduler::take_samples(const DecodeBatch& batch) {
+  const ModelConfig& c = runner_.weights().config;
+  const auto sampled = static_cast<std::int64_t>(batch.sampling.size());
+  stats_.decode_tokens += sampled;
+  stats_.replayed_rows += static_cast<std::int64_t>(batch.ids.size()) - sampled;
+  if (sampled > 0) ++stats_.decode_steps;
+  stats_.max_batch_seen = std::max(stats_.max_batch_seen, sampled);
+  std::vector<Running> still;
+  std::size_t row = 0, sample_row = 0;
+  for (Running& r : running_) {
+    bool failed = false;
+    for (Sequence& q : r.seqs) {
+      if (q.done) continue;
+      const std::size_t i = row++;
+      if (q.replay > 0) {
+        --q.replay;
+        continue;
+      }
+      const std::size_t s = sample_row++;
+      if (failed) continue;
+      try {
+        append_token(r, q,
+                     next_token(r, q, {logits_.data() + s * static_cast<std::size_t>(c.vocab_size),
+                                       static_cast<std::size_t>(c.vocab_size)},
+                                batch.positions[i]));
+      } catch (const InputError& e) {
+        fail_running(r, e.what());
+        failed = true;
+        continue;
+      }
+      if (const std::optional<StopReason> reason = stop_reason(r, q)) finish_sequence(r, q, *reason);
+    }
+    if (!failed && live(r) > 0) still.push_back(std::move(r));
+  }
+  running_ = std::move(still);
+}
+
 bool Scheduler::cancel(std::int64_t id) {
-  const auto cancelled = [&](Running& r) {
+  // Its swapped bytes go and it is counted and logged; finish() then releases its pages (none
+  // when queued).
+  const auto cancelled = [&](Queued& r) {
     if (r.swapped) {
       swap_held_bytes_ -= r.swapped->bytes();
       r.swapped.reset();
     }
     ++stats_.cancelled;
     log(fmt::format("request {} cancelled after {} tokens", id, r.seqs.empty() ? 0 : r.seqs.front().tokens.size()));
-    finish(r, "cancelled");  // releases its pages (none when queued)
   };
   for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
     if (it->request.id != id) continue;
-    Running r = std::move(*it);
+    Queued r = std::move(*it);
     waiting_.erase(it);
     cancelled(r);
+    finish(r, StopReason::kCancelled);
     return true;
   }
   for (auto it = running_.begin(); it != running_.end(); ++it) {
@@ -589,6 +648,7 @@ bool Scheduler::cancel(std::int64_t id) {
     Running r = std::move(*it);
     running_.erase(it);
     cancelled(r);
+    finish_running(r, StopReason::kCancelled);
     return true;
   }
   return false;

@@ -41,13 +41,18 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "optimized/greedy_decoding.h"
 #include "optimized/model_runner.h"
 #include "optimized/paged_kv_cache.h"
 #include "optimized/prefix_page_cache.h"
 
 namespace kvcheck {
+
+class PoolExhausted;
+class RequestInputError;
 
 enum class PreemptionMode { kRecompute, kSwap, kAuto };
 // "recompute", "swap", "auto"; InputError for anything else.
@@ -116,7 +121,9 @@ struct GenerationRequest {
 struct GenerationResult {
   std::int64_t id = 0;
   std::vector<std::int32_t> tokens;  // generated tokens, in order
-  std::string stop_reason;           // "max_new_tokens", "eos", "max_position_embeddings", "cancelled" or "error"
+  // stop_reason_name(StopReason) (optimized/greedy_decoding.h): "max_new_tokens", "eos",
+  // "max_position_embeddings", "cancelled" or "error".
+  std::string stop_reason;
   std::string error;                 // why a request failed or was rejected
   std::int64_t preemptions = 0;
   std::int64_t admitted_step = -1;
@@ -183,59 +190,113 @@ class Scheduler {
     std::int64_t id = 0;
     std::int64_t sample = 0;
     std::vector<std::int32_t> tokens;
-    const char* done = nullptr;  // its stop reason once it stopped (its pages then released)
+    std::optional<StopReason> done;  // its stop reason once it stopped (its pages then released)
     // Generated tokens still to be fed again after a preemption by recompute: the sequence's next
     // decode row inputs tokens[size - 1 - replay] at its position and samples nothing; at 0 the
     // row inputs the last token and samples the next.
     std::size_t replay = 0;
   };
-  struct Running {
+  // What a queued request carries, before its admission or after a preemption: it holds no pages
+  // and pins no prefix-cache entries.
+  struct Queued {
     GenerationRequest request;
     GenerationResult result;
     std::vector<Sequence> seqs;                    // n of them
-    std::int64_t admit_order = 0;
-    std::int64_t reserved_pages = 0;               // its contiguous reservation (reserve_tokens > 0)
     std::optional<PagedKvCache::Swapped> swapped;  // set while preempted by swap (n = 1 only)
     bool recompute = false;                        // set while preempted by recompute
+  };
+  // An admitted request: made from its Queued at admission, and back to one when preempted.
+  struct Running : Queued {
+    explicit Running(Queued queued) : Queued(std::move(queued)) {}
+    std::int64_t admit_order = 0;
+    std::int64_t reserved_pages = 0;               // its contiguous reservation (reserve_tokens > 0)
     std::vector<BlockId> prefix_chain;             // prefix-cache entries it pins (its prompt's whole pages)
   };
+  // What admitting the front of the queue came to.
+  enum class Admission {
+    kAdmitted,  // it runs
+    kEnded,     // it finished or failed without running: the next may be tried
+    kWait,      // it stays at the front (not arrived, no room): admission stops for this step
+  };
+  // What start() came to: kNoRoom (the pool cannot hold it, even after evicting idle cached
+  // prefix pages) and kInvalid (an InputError: it fails) carry the message.
+  struct StartResult {
+    enum class Outcome { kStarted, kNoRoom, kInvalid } outcome = Outcome::kStarted;
+    std::string message;
+  };
+  // One decode step's rows, one per live sequence of the running requests in order.
+  struct DecodeBatch {
+    std::vector<std::int64_t> ids;
+    std::vector<std::int32_t> tokens, positions;
+    std::vector<std::size_t> sampling;  // the rows that sample (a replayed row does not)
+  };
+
   void log(const std::string& line) const;
   // Tokens a contiguous reservation holds for this request: prompt + output cap, at most
   // reserve_tokens.
   std::int64_t reservation_tokens(const GenerationRequest& request) const;
-  void append_token(Running& r, Sequence& q, std::int32_t token);
+  void append_token(Queued& r, Sequence& q, std::int32_t token);
   // The sampled token of sequence q after `position` from its logits row.
-  std::int32_t next_token(const Running& r, const Sequence& q, std::span<const float> logits, std::int64_t position) const;
+  std::int32_t next_token(const Queued& r, const Sequence& q, std::span<const float> logits, std::int64_t position) const;
   // Sequences of r still generating.
-  static std::int64_t live(const Running& r);
-  // Releases every live sequence's pages (finish, failure, preemption by recompute).
-  void release_sequences(Running& r, bool preempted);
+  static std::int64_t live(const Queued& r);
+
+  // Admission (step 1): admit_front until it returns kWait or the queue is empty.
   void admit();
+  Admission admit_front(std::int64_t pool, std::int64_t limit);
+  // Takes the front of the queue; requeue puts a preempted or refused request back in front.
+  Queued take_front();
+  void requeue(Running&& r);
+  // A prefix hit for r (the cached whole pages of its prompt but its last token), pinned; `need`
+  // loses the pages it brings. Empty without the cache or for a swapped-out request.
+  PrefixPageCache::Hit pin_prefix_hit(const Queued& r, std::int64_t& need);
+  // start(), retried while evicting an idle cached prefix page makes room.
+  StartResult start_with_room(Running& r, const PrefixPageCache::Hit& hit);
   // Resumes or starts a request: prefill (after `hit`, the prefix cache's pages of its prompt,
   // empty without the cache) and replay, or swap-in. PoolExhausted propagates.
   void start(Running& r, const PrefixPageCache::Hit& hit);
+  // A started request joins the batch, unless every sequence already stopped.
+  Admission enter_batch(Running&& r);
+
+  // Decode (step 2) and retirement (step 3).
   void decode();
+  DecodeBatch decode_batch() const;
+  // After PoolExhausted: evicts an idle cached prefix page, or preempts the most recently
+  // admitted request; true to retry the step. Alone and still too big, the request fails: false.
+  bool make_room_for_decode(const PoolExhausted& e);
+  // One request's own bad key or value (RequestInputError): it fails, the others replay the step.
+  void fail_faulty_request(const RequestInputError& e);
+  // Appends each sampling row's token, retires the sequences that stop.
+  void take_samples(const DecodeBatch& batch);
+
   void preempt(Running& r);
   // Frees r's pages and marks it to be prefilled again and its generated tokens replayed.
   void preempt_to_recompute(Running& r);
-  void finish(Running& r, const std::string& reason);
+  // Releases every live sequence's pages (finish, failure, preemption by recompute).
+  void release_sequences(Queued& r, bool preempted);
+  // r's result from its sequences: a sequence that stopped keeps its reason, the live ones (none
+  // unless cancelled, or finished before any forward) take `live_reason`.
+  void finish(Queued& r, std::optional<StopReason> live_reason);
+  void fail(Queued& r, const std::string& error);
+  // finish and fail for an admitted request: its prefix-cache entries are unpinned first.
+  void finish_running(Running& r, std::optional<StopReason> live_reason);
+  void fail_running(Running& r, const std::string& error);
   // Writes r's result from its sequences: the request's stop reason and each sample's.
-  void record(Running& r, const std::string& stop_reason, std::vector<std::string> sample_reasons);
+  void record(Queued& r, StopReason stop, const std::vector<StopReason>& sample_reasons);
   // Sequence q stopped: its pages go; the request finishes with its last sequence.
-  void finish_sequence(Running& r, Sequence& q, const char* reason);
+  void finish_sequence(Running& r, Sequence& q, StopReason reason);
   // Unpins r's prefix-cache entries (when its pages go: finish, failure, preemption).
   void drop_prefix(Running& r);
   // Evicts the least recently used idle cached prefix page; false when none.
   bool evict_cached();
-  void fail(Running& r, const std::string& error);
-  // Why a sequence stops now (optimized/greedy_decoding.h), or nullptr.
-  const char* stop_reason(const Running& r, const Sequence& q) const;
-  static std::int64_t context(const Running& r, const Sequence& q) {
+  // Why a sequence stops now (optimized/greedy_decoding.h), or nullopt.
+  std::optional<StopReason> stop_reason(const Queued& r, const Sequence& q) const;
+  static std::int64_t context(const Queued& r, const Sequence& q) {
     return static_cast<std::int64_t>(r.request.prompt.size() + q.tokens.size());
   }
   // Pages a request's live sequences need for their contexts plus one token each, the prompt's
   // whole pages counted once when they share them.
-  std::int64_t pages_needed(const Running& r) const;
+  std::int64_t pages_needed(const Queued& r) const;
 
   ModelRunner& runner_;
   PagedKvCache& cache_;
@@ -247,7 +308,7 @@ class Scheduler {
   std::optional<PrefixPageCache> prefix_;
   std::int64_t next_fork_id_ = PrefixPageCache::kHolderIds / 2 - 1;  // sequences 1.. of a request, downwards
   std::vector<float> logits_;          // a decode step's sampling rows, kept from step to step
-  std::deque<Running> waiting_;        // arrival order; preempted requests go back to the front
+  std::deque<Queued> waiting_;         // arrival order; preempted requests go back to the front
   std::vector<Running> running_;
   std::map<std::int64_t, GenerationResult> results_;
   std::vector<std::int64_t> order_;    // submission order

@@ -131,5 +131,27 @@ TEST(Sampling, NonFiniteLogitsNameTheRequest) {
   testing::expect_input_error([&] { sample_token(7, inf, 3, SamplingParams{1.0, 1.0, 0}, 0); }, {"request 7", "position 3"});
 }
 
+// The stop reasons by name, as GenerationResult and the CLI print them, and the decoding rules'
+// order: EOS, then the token budget, then the context.
+TEST(GreedyDecoding, StopReasonsKeepTheirPrintedNames) {
+  EXPECT_STREQ(stop_reason_name(StopReason::kEos), "eos");
+  EXPECT_STREQ(stop_reason_name(StopReason::kMaxNewTokens), "max_new_tokens");
+  EXPECT_STREQ(stop_reason_name(StopReason::kMaxPositionEmbeddings), "max_position_embeddings");
+  EXPECT_STREQ(stop_reason_name(StopReason::kCancelled), "cancelled");
+  EXPECT_STREQ(stop_reason_name(StopReason::kError), "error");
+  ModelConfig c;
+  c.eos_token_ids = {7};
+  c.max_position_embeddings = 10;
+  const std::vector<std::int32_t> none, eos = {7}, two = {1, 2}, three = {1, 2, 3};
+  EXPECT_EQ(greedy_stop(c, 4, none, 3, true), std::nullopt);
+  EXPECT_EQ(greedy_stop_reason(c, 4, none, 3, true), nullptr);
+  EXPECT_EQ(greedy_stop(c, 4, eos, 1, true), StopReason::kEos);  // EOS before the budget
+  EXPECT_EQ(greedy_stop(c, 4, eos, 3, false), std::nullopt);
+  EXPECT_EQ(greedy_stop(c, 8, three, 3, true), StopReason::kMaxNewTokens);  // the budget before the context
+  EXPECT_EQ(greedy_stop(c, 8, two, 5, true), StopReason::kMaxPositionEmbeddings);
+  EXPECT_STREQ(greedy_stop_reason(c, 8, two, 5, true), "max_position_embeddings");
+  EXPECT_STREQ(greedy_stop_reason(c, 4, eos, 1, true), "eos");
+}
+
 }  // namespace
 }  // namespace kvcheck
