@@ -4,13 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <utility>
 
-#include "kernels/cpu/hadamard_rotate.h"
-#include "oracles/hadamard_ref.h"
 #include "oracles/held_rows_ref.h"
-#include "oracles/page_selection_ref.h"
+#include "oracles/held_set_builders.h"
 
 namespace kvcheck {
 
@@ -64,85 +61,59 @@ void EngineStepOracle::on_decode_head(const DecodeHeadTrace& s) {
   std::vector<LiveToken> live;
   std::vector<SlotRef> slots;
   engine_.cache->live_tokens(s.request, s.layer, s.kv_head, live, slots);
+  HeldSet h;
+  h.slots = slots;
   // Exact rows of this head over the context, and the held ones as their tier stores them.
-  std::vector<float> keys(static_cast<std::size_t>(context * d)), values(keys.size());
+  h.keys.resize(static_cast<std::size_t>(context * d));
+  h.values.resize(h.keys.size());
   const std::vector<float>& ks = keys_.at(static_cast<std::size_t>(s.layer));
   const std::vector<float>& vs = values_.at(static_cast<std::size_t>(s.layer));
   for (std::int64_t j = 0; j < context; ++j) {
     const std::size_t from = static_cast<std::size_t>(j) * kv_dim + static_cast<std::size_t>(s.kv_head * d);
-    std::copy_n(ks.begin() + static_cast<std::ptrdiff_t>(from), d, keys.begin() + j * d);
-    std::copy_n(vs.begin() + static_cast<std::ptrdiff_t>(from), d, values.begin() + j * d);
+    std::copy_n(ks.begin() + static_cast<std::ptrdiff_t>(from), d, h.keys.begin() + j * d);
+    std::copy_n(vs.begin() + static_cast<std::ptrdiff_t>(from), d, h.values.begin() + j * d);
   }
-  std::vector<std::size_t> order(live.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return live[a].position < live[b].position; });
-  std::vector<std::int32_t> held;
-  std::vector<HeldToken> tokens;
-  for (std::size_t i : order) {
+  h.order.resize(live.size());
+  for (std::size_t i = 0; i < h.order.size(); ++i) h.order[i] = i;
+  std::sort(h.order.begin(), h.order.end(),
+            [&](std::size_t a, std::size_t b) { return live[a].position < live[b].position; });
+  for (std::size_t i : h.order) {
     const std::int32_t j = live[i].position;
-    held.push_back(j);
-    tokens.push_back(HeldToken{j, slots[i].tier, slots[i].tier == kLowTier && demoted_.contains({s.layer, s.kv_head, j})});
+    h.held.push_back(j);
+    h.tokens.push_back(HeldToken{j, slots[i].tier, slots[i].tier == kLowTier && demoted_.contains({s.layer, s.kv_head, j})});
   }
   std::vector<KvTier> tiers;
   for (const TierRead& t : engine_.cache->tiers()) tiers.push_back(t.tier);
-  std::vector<float> held_keys, held_values;
   const KvPolicy& policy = engine_.cache->policy();
-  HeldRowsSpec spec{tiers, policy.residual_tokens() > 0, prompt_len_, d};
-  if (policy.fp8_scale() == Fp8Scale::kCalibrated) {
-    for (int part = 0; part < 2; ++part) spec.fp8_fixed_scale[part] = policy.fp8_fixed_scale(s.layer, s.kv_head, part);
+  h.spec = HeldRowsSpec{tiers, policy.residual_tokens() > 0, prompt_len_, d};
+  h.q.assign(s.q.begin(), s.q.end());
+  h.out.assign(s.out.begin(), s.out.end());
+  // A policy feature's part (oracles/held_set_builders.h) around the plain derivation.
+  std::vector<const HeldSetBuilder*> builders;
+  for (const HeldSetBuilder& b : held_set_builders()) {
+    if (b.applies(policy)) builders.push_back(&b);
   }
-  if (policy.fp8_scale() == Fp8Scale::kPage) spec.fp8_page_tokens = policy.residual_tokens();
-  // A rotating policy: the check runs in its space (R = H·D/√d). The cache quantized the rows the
-  // runner's float rotation made, so the held rows are quantized from that same rotation
-  // (kernels/cpu/hadamard_rotate.h, itself held to the dense matrix); the exact rows and the
-  // engine's output (rotated back by the runner) go through the dense double matrix.
-  const KvRotation rotation = policy.rotation();
-  std::vector<float> q(s.q.begin(), s.q.end()), out(s.out.begin(), s.out.end());
-  double output_rounding = 0.0;
-  if (rotation.hadamard) {
-    const std::vector<float> signs = rotation.signs ? hadamard_signs(rotation.seed, d) : std::vector<float>{};
-    std::vector<float> stored_keys = keys, stored_values = values;
-    hadamard_rotate(stored_keys, d, signs);
-    hadamard_rotate(stored_values, d, signs);
-    hadamard_rotate(q, d, signs);
-    auto exact = [&](std::span<const float> rows, std::vector<float>& to) {
-      const std::vector<double> r = hadamard_rotate_ref(rows, d, signs);
-      to.assign(r.begin(), r.end());
-    };
-    exact(std::vector<float>(keys), keys);
-    exact(std::vector<float>(values), values);
-    exact(s.out, out);
-    held_rows_ref(spec, stored_keys, stored_values, tokens, held_keys, held_values);
-    // The runner's R^T and the R here: (log2 d + 2)·u·‖o'‖₂ each way (hadamard_rotate_props), and
-    // ‖o'‖₂ <= max ‖v̂‖₂ for a convex mixture of the held values.
-    double vhat_norm = 0.0;
-    for (std::size_t i = 0; i < held.size(); ++i) {
-      double n2 = 0.0;
-      for (std::int64_t c2 = 0; c2 < d; ++c2) n2 += std::pow(held_values[i * static_cast<std::size_t>(d) + static_cast<std::size_t>(c2)], 2);
-      vhat_norm = std::max(vhat_norm, std::sqrt(n2));
-    }
-    output_rounding = 2.02 * (std::log2(static_cast<double>(d)) + 2.0) * (std::numeric_limits<float>::epsilon() / 2) * vhat_norm;
-  } else {
-    held_rows_ref(spec, keys, values, tokens, held_keys, held_values);
+  for (const HeldSetBuilder* b : builders) {
+    if (b->before_rows) b->before_rows(engine_, s, h);
   }
-  // A page-selecting policy (Quest): the choice checked on every page, then the output held to
-  // exactly the read pages' tokens (the others count as pruned, with their exact mass).
-  std::string selection_violation;
-  if (policy.selects_pages()) {
-    selection_violation = check_selected_pages(s, slots, order, held, held_keys, held_values);
+  const bool stored = !h.stored_keys.empty();
+  held_rows_ref(h.spec, stored ? h.stored_keys : h.keys, stored ? h.stored_values : h.values, h.tokens, h.held_keys,
+                h.held_values);
+  for (const HeldSetBuilder* b : builders) {
+    if (b->after_rows) b->after_rows(engine_, s, h);
   }
   DecodeStepInputs in;
   in.group = c.group_size();
   in.head_dim = d;
   in.scale = 1.0 / std::sqrt(static_cast<double>(d));
-  in.q = q;
-  in.engine_out = out;
-  in.output_rounding = output_rounding;
-  in.keys = keys;
-  in.values = values;
-  in.held = held;
-  in.held_keys = held_keys;
-  in.held_values = held_values;
+  in.q = h.q;
+  in.engine_out = h.out;
+  in.output_rounding = h.output_rounding;
+  in.keys = h.keys;
+  in.values = h.values;
+  in.held = h.held;
+  in.held_keys = h.held_keys;
+  in.held_values = h.held_values;
   const DecodeStepCheck r = check_decode_step(in);
   ++checks_;
   held_error_max_ = std::max(held_error_max_, r.held_error);
@@ -151,11 +122,11 @@ void EngineStepOracle::on_decode_head(const DecodeHeadTrace& s) {
   delta_max_ = std::max(delta_max_, r.delta);
   if (r.full_bound > 0) bound_use_max_ = std::max(bound_use_max_, r.full_error / r.full_bound);
   if (observe_) observe_(EngineStepHead{s, live, slots, r});
-  if (!selection_violation.empty()) {
+  if (!h.selection_violation.empty()) {
     ++selection_violations_;
     if (static_cast<std::int64_t>(reports_.size()) < max_reports_) {
       reports_.push_back(fmt::format("oracle violation: {}, position {}, layer {}, kv head {}: page selection: {}", label_,
-                                     s.position, s.layer, s.kv_head, selection_violation));
+                                     s.position, s.layer, s.kv_head, h.selection_violation));
     }
   }
   if (r.ok()) return;
@@ -163,61 +134,8 @@ void EngineStepOracle::on_decode_head(const DecodeHeadTrace& s) {
   full_violations_ += r.full_violated ? 1 : 0;
   if (static_cast<std::int64_t>(reports_.size()) < max_reports_) {
     reports_.push_back(fmt::format("oracle violation: {}, position {}, layer {}, kv head {}, {} tokens held of {}: {}",
-                                   label_, s.position, s.layer, s.kv_head, held.size(), context, r.describe()));
+                                   label_, s.position, s.layer, s.kv_head, h.held.size(), context, r.describe()));
   }
-}
-
-std::string EngineStepOracle::check_selected_pages(const DecodeHeadTrace& s, std::span<const SlotRef> slots,
-                                                   std::span<const std::size_t> order, std::vector<std::int32_t>& held,
-                                                   std::vector<float>& held_keys, std::vector<float>& held_values) const {
-  const ModelConfig& c = engine_.weights.config;
-  const auto d = static_cast<std::size_t>(c.head_dim);
-  const PageTable& table = engine_.cache->manager().table(s.request, s.layer, s.kv_head);
-  const std::int64_t high_pages = table.count(kHighTier);
-  std::vector<std::size_t> page_of;
-  for (std::size_t i : order) {
-    page_of.push_back(static_cast<std::size_t>(slots[i].page_index + (slots[i].tier == kHighTier ? 0 : high_pages)));
-  }
-  PageSelectionInputs in;
-  in.group = c.group_size();
-  in.head_dim = c.head_dim;
-  in.q = s.q;
-  in.keys = held_keys;
-  in.page_of = page_of;
-  in.pages = high_pages + table.count(kLowTier);
-  in.read = s.pages_read;
-  // The page being written: the one holding the step's own token.
-  const auto self = std::find(held.begin(), held.end(), s.position);
-  if (self == held.end()) return fmt::format("the step's token (position {}) is not held", s.position);
-  in.written = page_of[static_cast<std::size_t>(self - held.begin())];
-  in.k = engine_.cache->policy().selected_pages();
-  // The bounds from the key ranges the pages store, as the engine read them to choose.
-  std::vector<PageRead> pages;
-  engine_.cache->head_pages(s.request, s.layer, s.kv_head, pages);
-  std::vector<float> key_min(pages.size() * d), key_max(key_min.size());
-  for (std::size_t p = 0; p < pages.size(); ++p) {
-    read_page_key_range(engine_.cache->tiers()[static_cast<std::size_t>(pages[p].tier)].layout, pages[p].bytes,
-                        std::span<float>(key_min).subspan(p * d, d), std::span<float>(key_max).subspan(p * d, d));
-  }
-  in.key_min = key_min;
-  in.key_max = key_max;
-  std::string violation = check_page_selection(in);
-  // Only the read pages' tokens are held for this step's output.
-  std::vector<std::int32_t> read_positions;
-  std::vector<float> read_keys, read_values;
-  for (std::size_t j = 0; j < held.size(); ++j) {
-    if (!std::binary_search(s.pages_read.begin(), s.pages_read.end(), page_of[j])) continue;
-    read_positions.push_back(held[j]);
-    read_keys.insert(read_keys.end(), held_keys.begin() + static_cast<std::ptrdiff_t>(j * d),
-                     held_keys.begin() + static_cast<std::ptrdiff_t>((j + 1) * d));
-    read_values.insert(read_values.end(), held_values.begin() + static_cast<std::ptrdiff_t>(j * d),
-                       held_values.begin() + static_cast<std::ptrdiff_t>((j + 1) * d));
-  }
-  if (read_positions.empty()) return violation.empty() ? "no page read" : violation;
-  held.swap(read_positions);
-  held_keys.swap(read_keys);
-  held_values.swap(read_values);
-  return violation;
 }
 
 nlohmann::json EngineStepOracle::summary() const {

@@ -62,13 +62,9 @@ class EngineStepOracle {
  private:
   void on_kv(std::int32_t layer, std::int32_t first, std::int64_t tokens, std::span<const float> keys,
              std::span<const float> values);
+  // Builds the head's held set (oracles/held_set_builders.h: the plain derivation and the policy's
+  // builders) and checks the step against it.
   void on_decode_head(const DecodeHeadTrace& step);
-
-  // A page-selecting policy's step (oracles/page_selection_ref.h): the bound on every page and the
-  // choice, then held and its rows cut to the read pages' tokens. The violation, or empty.
-  std::string check_selected_pages(const DecodeHeadTrace& s, std::span<const SlotRef> slots,
-                                   std::span<const std::size_t> order, std::vector<std::int32_t>& held,
-                                   std::vector<float>& held_keys, std::vector<float>& held_values) const;
 
   Engine& engine_;
   RunnerTrace trace_;
