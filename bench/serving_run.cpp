@@ -170,7 +170,7 @@ ServingResult run_serving(const ReferenceModel& model, const ServingRunConfig& c
         for (std::size_t i = 1; i < ts.size(); ++i) itl.push_back(ts[i] - ts[i - 1]);
       }
     }
-    if (g.stop_reason == "error") {
+    if (g.stop_reason == StopReason::kError) {
       ++out.requests_failed;
       if (g.admitted_step < 0) ++out.requests_refused;
       if (out.errors.size() < 5) out.errors.push_back(g.error);

@@ -119,7 +119,7 @@ Sample engine_round(Engine& engine, const std::vector<std::vector<std::int32_t>>
   }
   set_step_timing(false);
   for (const GenerationResult& g : s.run()) {
-    if (g.stop_reason == "error") throw std::runtime_error(g.error);
+    if (g.stop_reason == StopReason::kError) throw std::runtime_error(g.error);
     out.tokens += static_cast<std::int64_t>(g.tokens.size());
   }
   const StepTimes t = step_times();

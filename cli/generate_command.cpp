@@ -221,7 +221,7 @@ int run_generate(const GenerateArgs& args) {
     go.forced = fed;
     EngineGenerateResult er = engine_generate(*engine, 0, prompt, go);
     result.generated = er.generated;
-    result.stop_reason = er.stop_reason;
+    result.stop_reason = stop_reason_name(er.stop_reason);
     argmax = er.greedy;
     if (go.keep_logits) {
       const Eigen::Index v = model.config().vocab_size;

@@ -58,16 +58,16 @@ EngineGenerateResult engine_generate(Engine& engine, std::int64_t request, std::
   const auto V = static_cast<std::size_t>(c.vocab_size);
   EngineGenerateResult r;
   const auto stop_reason = [&] {
-    return greedy_stop_reason(c, static_cast<std::int64_t>(prompt.size()), r.generated, options.max_new_tokens,
+    return greedy_stop(c, static_cast<std::int64_t>(prompt.size()), r.generated, options.max_new_tokens,
                               options.stop_at_eos);
   };
   try {
     std::vector<float> last;
-    const char* reason = stop_reason();
-    if (reason == nullptr || options.keep_logits) {
+    std::optional<StopReason> reason = stop_reason();
+    if (!reason || options.keep_logits) {
       last = engine.runner->prefill(request, prompt, options.keep_logits ? &r.logits : nullptr);
     }
-    while (reason == nullptr) {
+    while (!reason) {
       const std::int64_t position = static_cast<std::int64_t>(prompt.size() + r.generated.size());
       const std::int32_t greedy = greedy_token(request, last, position - 1);
       const std::size_t step = r.generated.size();
@@ -75,13 +75,13 @@ EngineGenerateResult engine_generate(Engine& engine, std::int64_t request, std::
       r.greedy.push_back(greedy);
       r.generated.push_back(next);
       reason = stop_reason();
-      if (reason != nullptr && !options.keep_logits) break;
+      if (reason && !options.keep_logits) break;
       const std::int64_t ids[1] = {request};
       const std::int32_t pos = static_cast<std::int32_t>(position);
       last = engine.runner->decode(ids, {&next, 1}, {&pos, 1});
       if (options.keep_logits) r.logits.insert(r.logits.end(), last.begin(), last.begin() + static_cast<std::ptrdiff_t>(V));
     }
-    r.stop_reason = reason;
+    r.stop_reason = *reason;
   } catch (...) {
     engine.cache->release(request);
     throw;

@@ -12,6 +12,7 @@
 
 #include "optimized/backend.h"
 #include "optimized/engine_weights.h"
+#include "optimized/greedy_decoding.h"
 #include "optimized/kv_policy.h"
 #include "optimized/model_runner.h"
 #include "optimized/paged_kv_cache.h"
@@ -55,7 +56,7 @@ struct EngineGenerateResult {
   std::vector<std::int32_t> generated;  // the tokens fed after the prompt (forced or greedy)
   std::vector<std::int32_t> greedy;     // the engine's argmax at each of those steps
   std::vector<float> logits;            // keep_logits: [prompt + generated][vocab], as the reference's
-  std::string stop_reason;
+  StopReason stop_reason = StopReason::kMaxNewTokens;
 };
 
 // Greedy decoding of one request (id `request`) with the reference's stop rules (EOS, then

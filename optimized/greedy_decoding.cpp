@@ -1,5 +1,7 @@
 #include "optimized/greedy_decoding.h"
 
+#include <ostream>
+
 #include <algorithm>
 #include <cmath>
 
@@ -79,11 +81,6 @@ std::optional<StopReason> greedy_stop(const ModelConfig& config, std::int64_t pr
   return std::nullopt;
 }
 
-const char* greedy_stop_reason(const ModelConfig& config, std::int64_t prompt_tokens,
-                               std::span<const std::int32_t> generated, std::int64_t max_new_tokens,
-                               bool stop_at_eos) {
-  const std::optional<StopReason> reason = greedy_stop(config, prompt_tokens, generated, max_new_tokens, stop_at_eos);
-  return reason ? stop_reason_name(*reason) : nullptr;
-}
+std::ostream& operator<<(std::ostream& out, StopReason reason) { return out << stop_reason_name(reason); }
 
 }  // namespace kvcheck

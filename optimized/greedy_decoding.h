@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <iosfwd>
 #include <optional>
 #include <span>
 
@@ -21,6 +22,8 @@ enum class StopReason { kEos, kMaxNewTokens, kMaxPositionEmbeddings, kCancelled,
 // The name results carry and the CLI and JSON print: "eos", "max_new_tokens",
 // "max_position_embeddings", "cancelled", "error".
 const char* stop_reason_name(StopReason reason);
+// The name, for test failure messages and streams.
+std::ostream& operator<<(std::ostream& out, StopReason reason);
 
 // Why generation stops after `generated`, or nullopt to go on. EOS first (when stop_at_eos and
 // the last generated token is one of the config's eos ids), then the token budget, then the
@@ -28,9 +31,5 @@ const char* stop_reason_name(StopReason reason);
 std::optional<StopReason> greedy_stop(const ModelConfig& config, std::int64_t prompt_tokens,
                                       std::span<const std::int32_t> generated, std::int64_t max_new_tokens,
                                       bool stop_at_eos);
-// greedy_stop's reason by name (stop_reason_name), or nullptr to go on.
-const char* greedy_stop_reason(const ModelConfig& config, std::int64_t prompt_tokens,
-                               std::span<const std::int32_t> generated, std::int64_t max_new_tokens,
-                               bool stop_at_eos);
 
 }  // namespace kvcheck

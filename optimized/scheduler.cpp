@@ -149,7 +149,7 @@ void Scheduler::submit(GenerationRequest request) {
   r.result.id = request.id;
   r.request = std::move(request);
   order_.push_back(r.request.id);
-  results_[r.result.id] = GenerationResult{r.result.id, {}, "pending", {}, 0, -1, -1, {}, {}};
+  results_[r.result.id].id = r.result.id;  // a place, filled by record() when the request ends
   const auto prompt = static_cast<std::int64_t>(r.request.prompt.size());
   const std::int64_t reservation = config_.reserve_tokens > 0 ? reservation_tokens(r.request) : 0;
   // What can never run is answered now, with the reason, instead of waiting forever.
@@ -216,15 +216,14 @@ void Scheduler::finish_running(Running& r, std::optional<StopReason> live_reason
   finish(r, live_reason);
 }
 
-// The boundary where stop reasons become the names results carry.
+// A request's result, once it has ended.
 void Scheduler::record(Queued& r, StopReason stop, const std::vector<StopReason>& sample_reasons) {
   r.result.tokens = r.seqs.empty() ? std::vector<std::int32_t>{} : r.seqs.front().tokens;
-  r.result.stop_reason = stop_reason_name(stop);
+  r.result.stop_reason = stop;
   if (r.seqs.size() > 1) {
     r.result.samples.clear();
     for (const Sequence& q : r.seqs) r.result.samples.push_back(q.tokens);
-    r.result.sample_stop_reasons.clear();
-    for (StopReason reason : sample_reasons) r.result.sample_stop_reasons.emplace_back(stop_reason_name(reason));
+    r.result.sample_stop_reasons = sample_reasons;
   }
   r.result.finished_step = step_;
   results_[r.request.id] = r.result;

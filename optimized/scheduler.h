@@ -121,17 +121,17 @@ struct GenerationRequest {
 struct GenerationResult {
   std::int64_t id = 0;
   std::vector<std::int32_t> tokens;  // generated tokens, in order
-  // stop_reason_name(StopReason) (optimized/greedy_decoding.h): "max_new_tokens", "eos",
-  // "max_position_embeddings", "cancelled" or "error".
-  std::string stop_reason;
+  // Why it ended (optimized/greedy_decoding.h; stop_reason_name gives the name the CLI and JSON
+  // print). A result is recorded when its request ends, so kError is only the unset value.
+  StopReason stop_reason = StopReason::kError;
   std::string error;                 // why a request failed or was rejected
   std::int64_t preemptions = 0;
   std::int64_t admitted_step = -1;
   std::int64_t finished_step = -1;
   // n > 1: every sample's tokens and stop reason, samples[0] being `tokens` (stop_reason is the
-  // request's: sample 0's, or "cancelled" / "error" for all of them).
+  // request's: sample 0's, or kCancelled / kError for all of them).
   std::vector<std::vector<std::int32_t>> samples;
-  std::vector<std::string> sample_stop_reasons;
+  std::vector<StopReason> sample_stop_reasons;
 };
 
 struct SchedulerStats {

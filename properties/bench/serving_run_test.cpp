@@ -196,12 +196,12 @@ TEST(ServingRun, AReservationLargerThanThePoolIsRejectedAtSubmission) {
   s.submit({6, testing::test_tokens(4, c.vocab_size, 2), 2, false, 0});
   const std::vector<GenerationResult> r = s.run();
   ASSERT_EQ(r.size(), 2u);
-  EXPECT_EQ(r[0].stop_reason, "error");
+  EXPECT_EQ(r[0].stop_reason, StopReason::kError);
   EXPECT_NE(r[0].error.find("request 5"), std::string::npos) << r[0].error;
   EXPECT_NE(r[0].error.find("contiguous reservation of 254 tokens (prompt 4 + output cap 250, at most 256)"),
             std::string::npos)
       << r[0].error;
-  EXPECT_NE(r[1].stop_reason, "error") << r[1].error;
+  EXPECT_NE(r[1].stop_reason, StopReason::kError) << r[1].error;
   EXPECT_EQ(r[1].tokens.size(), 2u);
   EXPECT_EQ(engine->cache->free_pages(), 20);
   sc.reserve_tokens = -1;

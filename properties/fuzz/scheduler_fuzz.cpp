@@ -184,13 +184,13 @@ int scheduler(const std::uint8_t* data, std::size_t size) {
     const std::string name = "request " + std::to_string(res.id);
     if (res.id != order[i]) broken("results out of submission order at " + name);
     const GenerationRequest& req = accepted.at(res.id);
-    if (cancelled.contains(res.id) != (res.stop_reason == "cancelled")) broken(name + ": cancelled, or not, wrongly");
-    if (res.stop_reason == "error") {
+    if (cancelled.contains(res.id) != (res.stop_reason == StopReason::kCancelled)) broken(name + ": cancelled, or not, wrongly");
+    if (res.stop_reason == StopReason::kError) {
       if (res.error.find(name) == std::string::npos) broken(name + ": an error that does not name it: " + res.error);
       continue;
     }
     if (static_cast<std::int64_t>(res.tokens.size()) > req.max_new_tokens) broken(name + ": more tokens than asked");
-    if (res.stop_reason == "max_new_tokens" && static_cast<std::int64_t>(res.tokens.size()) != req.max_new_tokens) {
+    if (res.stop_reason == StopReason::kMaxNewTokens && static_cast<std::int64_t>(res.tokens.size()) != req.max_new_tokens) {
       broken(name + ": stopped at max_new_tokens early");
     }
     if (req.n > 1 && static_cast<std::int64_t>(res.samples.size()) != req.n) broken(name + ": samples missing");
@@ -198,9 +198,9 @@ int scheduler(const std::uint8_t* data, std::size_t size) {
       const std::vector<std::int32_t>& got = req.n > 1 ? res.samples[static_cast<std::size_t>(k)] : res.tokens;
       const std::vector<std::int32_t> alone = solo(policy, config.prefix_cache, req, k);
       const bool prefix = got.size() <= alone.size() && std::equal(got.begin(), got.end(), alone.begin());
-      if (!prefix || (res.stop_reason != "cancelled" && got.size() != alone.size())) {
+      if (!prefix || (res.stop_reason != StopReason::kCancelled && got.size() != alone.size())) {
         broken(name + " sample " + std::to_string(k) + ": tokens differ from its solo run (" + kPolicies[policy] +
-               ", stop " + res.stop_reason + ")");
+               ", stop " + stop_reason_name(res.stop_reason) + ")");
       }
     }
   }

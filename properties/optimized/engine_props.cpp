@@ -194,7 +194,7 @@ void check_preemption(PreemptionMode mode, int cases, PreemptionOutcome& outcome
       alone.arrival_step = 0;
       s.submit(alone);
       solo[g.id] = s.run().at(0);
-      RC_ASSERT(solo[g.id].stop_reason != "error");
+      RC_ASSERT(solo[g.id].stop_reason != StopReason::kError);
       const auto ctx = static_cast<std::int64_t>(g.prompt.size() + solo[g.id].tokens.size());
       alone_max = std::max(alone_max, e->cache->request_pages(ctx));
     }
@@ -216,7 +216,7 @@ void check_preemption(PreemptionMode mode, int cases, PreemptionOutcome& outcome
     for (std::size_t i = 0; i < results.size(); ++i) {
       const GenerationResult& r = results[i];
       RC_ASSERT(r.id == requests[i].id);
-      if (r.stop_reason == "error") RC_FAIL(fmt::format("request {} failed: {}", r.id, r.error));
+      if (r.stop_reason == StopReason::kError) RC_FAIL(fmt::format("request {} failed: {}", r.id, r.error));
       RC_ASSERT(r.tokens == solo[r.id].tokens);
       RC_ASSERT(r.stop_reason == solo[r.id].stop_reason);
     }

@@ -270,10 +270,10 @@ TEST(Engine, PoolTooSmallForPromptKeepsNothing) {
   s.submit({8, test_tokens(2, c.vocab_size, 2), 0, false, 0});
   const std::vector<GenerationResult> r = s.run();
   ASSERT_EQ(r.size(), 2u);
-  EXPECT_EQ(r[0].stop_reason, "error");
+  EXPECT_EQ(r[0].stop_reason, StopReason::kError);
   EXPECT_NE(r[0].error.find("request 7"), std::string::npos) << r[0].error;
   EXPECT_NE(r[0].error.find("pool has 6"), std::string::npos) << r[0].error;
-  EXPECT_EQ(r[1].stop_reason, "max_new_tokens");
+  EXPECT_EQ(r[1].stop_reason, StopReason::kMaxNewTokens);
   EXPECT_TRUE(r[1].tokens.empty());
   EXPECT_THROW(s.submit({7, prompt, 1, false, 0}), InputError) << "duplicate id";
 }

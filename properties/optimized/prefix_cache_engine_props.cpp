@@ -136,8 +136,8 @@ TEST(PrefixCacheEngineProps, SharingIsInvisible) {
     for (std::size_t i = 0; i < shared.results.size(); ++i) {
       const GenerationResult& a = shared.results[i];
       const GenerationResult& b = alone.results[i];
-      if (!(a.stop_reason == b.stop_reason)) RC_FAIL(fmt::format("request {}: {} ({}) vs {}", a.id, a.stop_reason,
-                                                                a.error, b.stop_reason));
+      if (!(a.stop_reason == b.stop_reason)) RC_FAIL(fmt::format("request {}: {} ({}) vs {}", a.id, stop_reason_name(a.stop_reason),
+                                                                a.error, stop_reason_name(b.stop_reason)));
       if (!(a.tokens == b.tokens)) RC_FAIL(fmt::format("{}: request {}: tokens differ with the prefix cache", policy, a.id));
     }
     RC_ASSERT(shared.outputs.size() == alone.outputs.size());
@@ -299,7 +299,7 @@ TEST(PrefixCacheEngineProps, ForkedSamplesAreTheirSoloRuns) {
     std::size_t at = 0;
     for (std::size_t i = 0; i < requests.size(); ++i) {
       const GenerationResult& g = group.results[i];
-      if (g.stop_reason == "error") RC_FAIL(fmt::format("request {} failed: {}", g.id, g.error));
+      if (g.stop_reason == StopReason::kError) RC_FAIL(fmt::format("request {} failed: {}", g.id, g.error));
       const std::int64_t count = requests[i].n;
       if (count > 1 && static_cast<std::int64_t>(g.samples.size()) != count) RC_FAIL("samples missing");
       std::set<std::vector<std::int32_t>> distinct;
@@ -312,7 +312,8 @@ TEST(PrefixCacheEngineProps, ForkedSamplesAreTheirSoloRuns) {
         }
         if (count > 1 && g.sample_stop_reasons[static_cast<std::size_t>(k)] != want.stop_reason) {
           RC_FAIL(fmt::format("request {} sample {}: stop reason {} vs {}", g.id, k,
-                              g.sample_stop_reasons[static_cast<std::size_t>(k)], want.stop_reason));
+                              stop_reason_name(g.sample_stop_reasons[static_cast<std::size_t>(k)]),
+                              stop_reason_name(want.stop_reason)));
         }
         distinct.insert(got);
       }

@@ -144,13 +144,10 @@ TEST(GreedyDecoding, StopReasonsKeepTheirPrintedNames) {
   c.max_position_embeddings = 10;
   const std::vector<std::int32_t> none, eos = {7}, two = {1, 2}, three = {1, 2, 3};
   EXPECT_EQ(greedy_stop(c, 4, none, 3, true), std::nullopt);
-  EXPECT_EQ(greedy_stop_reason(c, 4, none, 3, true), nullptr);
   EXPECT_EQ(greedy_stop(c, 4, eos, 1, true), StopReason::kEos);  // EOS before the budget
   EXPECT_EQ(greedy_stop(c, 4, eos, 3, false), std::nullopt);
   EXPECT_EQ(greedy_stop(c, 8, three, 3, true), StopReason::kMaxNewTokens);  // the budget before the context
   EXPECT_EQ(greedy_stop(c, 8, two, 5, true), StopReason::kMaxPositionEmbeddings);
-  EXPECT_STREQ(greedy_stop_reason(c, 8, two, 5, true), "max_position_embeddings");
-  EXPECT_STREQ(greedy_stop_reason(c, 4, eos, 1, true), "eos");
 }
 
 }  // namespace

@@ -89,15 +89,15 @@ TEST(SchedulerFaults, CancelQueuedAndRunning) {
   EXPECT_EQ(s.waiting(), 1);
   const std::vector<GenerationResult> results = s.run();
   ASSERT_EQ(results.size(), 4u);
-  EXPECT_EQ(results[1].stop_reason, "cancelled");
+  EXPECT_EQ(results[1].stop_reason, StopReason::kCancelled);
   EXPECT_EQ(results[1].tokens.size(), 5u) << "one token at admission (from the prefill), then one per step";
   const std::vector<std::int32_t> solo1 = solo(model, "int8", prompts[1], 12);
   EXPECT_TRUE(std::equal(results[1].tokens.begin(), results[1].tokens.end(), solo1.begin()))
       << "the tokens a cancelled request had are its solo run's first ones";
-  EXPECT_EQ(results[3].stop_reason, "cancelled");
+  EXPECT_EQ(results[3].stop_reason, StopReason::kCancelled);
   EXPECT_TRUE(results[3].tokens.empty());
   for (const std::int64_t i : {0, 2}) {
-    EXPECT_EQ(results[static_cast<std::size_t>(i)].stop_reason, "max_new_tokens");
+    EXPECT_EQ(results[static_cast<std::size_t>(i)].stop_reason, StopReason::kMaxNewTokens);
     EXPECT_EQ(results[static_cast<std::size_t>(i)].tokens, solo(model, "int8", prompts[static_cast<std::size_t>(i)], 12))
         << "request " << i;
   }
@@ -150,7 +150,7 @@ TEST(SchedulerFaults, NanInOneRequestFailsOnlyIt) {
   for (std::int64_t i = 0; i < kRequests; ++i) s.submit(request(i, prompts[static_cast<std::size_t>(i)], kTokens));
   const std::vector<GenerationResult> results = s.run();
   ASSERT_EQ(results.size(), static_cast<std::size_t>(kRequests));
-  EXPECT_EQ(results[0].stop_reason, "error");
+  EXPECT_EQ(results[0].stop_reason, StopReason::kError);
   const std::string& m = results[0].error;
   EXPECT_NE(m.find("request 0"), std::string::npos) << m;
   EXPECT_NE(m.find("layer 0"), std::string::npos) << m;
@@ -159,7 +159,7 @@ TEST(SchedulerFaults, NanInOneRequestFailsOnlyIt) {
   EXPECT_NE(m.find("position " + std::to_string(position)), std::string::npos) << m;
   EXPECT_EQ(results[0].tokens.size(), static_cast<std::size_t>(at + 1)) << "the tokens it had are kept";
   for (std::int64_t i = 1; i < kRequests; ++i) {
-    EXPECT_EQ(results[static_cast<std::size_t>(i)].stop_reason, "max_new_tokens") << results[static_cast<std::size_t>(i)].error;
+    EXPECT_EQ(results[static_cast<std::size_t>(i)].stop_reason, StopReason::kMaxNewTokens) << results[static_cast<std::size_t>(i)].error;
     EXPECT_EQ(results[static_cast<std::size_t>(i)].tokens, alone[static_cast<std::size_t>(i)]) << "request " << i;
   }
   EXPECT_EQ(s.stats().request_faults, 1);
@@ -191,12 +191,12 @@ TEST(SchedulerFaults, RequestFillingThePoolRunsAloneOrFailsNeverWaits) {
   while (s.step()) ASSERT_LT(++steps, 100) << "a request waits forever";
   const std::vector<GenerationResult> results = s.run();
   ASSERT_EQ(results.size(), 3u);
-  EXPECT_EQ(results[0].stop_reason, "max_new_tokens") << results[0].error;
+  EXPECT_EQ(results[0].stop_reason, StopReason::kMaxNewTokens) << results[0].error;
   EXPECT_EQ(results[0].tokens, solo(model, "int8", prompt, 1));
-  EXPECT_EQ(results[1].stop_reason, "error");
+  EXPECT_EQ(results[1].stop_reason, StopReason::kError);
   EXPECT_NE(results[1].error.find("request 2: cannot grow even alone"), std::string::npos) << results[1].error;
   EXPECT_EQ(results[1].tokens, solo(model, "int8", prompt, 1)) << "the token it had is kept";
-  EXPECT_EQ(results[2].stop_reason, "max_new_tokens") << results[2].error;
+  EXPECT_EQ(results[2].stop_reason, StopReason::kMaxNewTokens) << results[2].error;
   EXPECT_TRUE(results[2].tokens.empty());
   EXPECT_EQ(e->cache->free_pages(), e->cache->pool_pages());
 }
@@ -327,11 +327,11 @@ TEST(SchedulerFaults, BadRequestsAreAnsweredAtSubmission) {
   ASSERT_EQ(results.size(), 5u) << "one result per accepted id";
   EXPECT_NE(results[0].error.find("request 1: empty prompt"), std::string::npos) << results[0].error;
   EXPECT_NE(results[1].error.find("exceeds max_position_embeddings"), std::string::npos) << results[1].error;
-  EXPECT_EQ(results[2].stop_reason, "error");
+  EXPECT_EQ(results[2].stop_reason, StopReason::kError);
   EXPECT_EQ(results[2].error, fmt::format("request 3: token {} at position 1 is outside the vocabulary [0, {})",
                                          c.vocab_size + 5, c.vocab_size))
       << "named once";
-  EXPECT_EQ(results[3].stop_reason, "max_new_tokens");
+  EXPECT_EQ(results[3].stop_reason, StopReason::kMaxNewTokens);
   EXPECT_EQ(results[3].tokens, solo(model, "int8", test_tokens(5, c.vocab_size, 4), 4))
       << "the duplicate changed nothing";
   EXPECT_EQ(results[4].error, fmt::format("request 6: token {} at position 0 is outside the vocabulary [0, {})",
