@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""Regenerates the tables of the dated pages in docs/perf/ from the benchmark JSON beside them.
+
+A generated table sits between two comments that name its kind and its JSON file:
+
+    <!-- table: bench-engine 2026-11-28-smollm2-bench-engine.json -->
+    | run | ... |
+    <!-- /table -->
+
+Kinds: `bench-engine` (the JSON of `kvcheck bench --engine --json`) and `llamacpp-crosscheck` (the
+JSON of properties/crosscheck/llamacpp_gguf.py --json). With --check nothing is written: the exit
+status is 1, naming the page and table, when a committed table differs from its JSON (the unit test
+PerfPages.TablesMatchTheirJson runs that). Without it, every table is rewritten in place.
+
+    python3 docs/perf/render_tables.py [--check] [PAGE.md ...]
+    python3 docs/perf/render_tables.py --self-test   (a changed figure in a JSON is caught)
+"""
+import argparse
+import json
+import pathlib
+import re
+import shutil
+import sys
+import tempfile
+
+HERE = pathlib.Path(__file__).resolve().parent
+BLOCK = re.compile(r"(<!-- table: (\S+) (\S+) -->\n)(.*?)(<!-- /table -->)", re.S)
+
+
+def sci(x, digits):
+    """Scientific notation without the exponent's padding: 7.82e-4, not 7.82e-04."""
+    mantissa, exponent = f"{x:.{digits}e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def short(x):
+    """A figure as the pages print it: 2.2e-4, 1.52, 35.1."""
+    if x == 0:
+        return "0"
+    return sci(x, 1) if abs(x) < 0.01 else f"{x:.3g}"
+
+
+def signed_short(x):
+    return ("+" if x > 0 else "") + short(x)
+
+
+def table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def bench_engine(doc):
+    """One row per run: throughput, the decode step's parts, the roofline."""
+    if doc.get("format") != "kvcheck-bench-engine":
+        raise ValueError(f"format is {doc.get('format')!r}, not kvcheck-bench-engine")
+    rows = []
+    for run in doc["runs"]:
+        part = run["per_token_us"]
+        roof = run["roofline"]
+        rows.append([
+            run["name"],
+            f"{run['pp_tokens_per_s']['mean']:.1f}",
+            f"{run['tg_tokens_per_s']['mean']:.1f}",
+            " / ".join(f"{part[k] / 1000:.1f}" for k in ("projections", "attention", "kv_write")),
+            f"{roof['predicted_step_s'] * 1000:.1f} ({roof['bound'].removesuffix('-bound')})",
+            f"{roof['achieved_fraction']:.2f}",
+        ])
+    return table(["run", "pp tokens/s", "tg tokens/s", "per token: projections / attention / KV write, ms",
+                  "roofline step ms (bound)", "x roof"], rows)
+
+
+CROSSCHECK_ROWS = [
+    ("kvcheck_vs_llamacpp_f32", "kvcheck vs llama.cpp on the dequantized F32 copy"),
+    ("kvcheck_vs_llamacpp_q4_1", "kvcheck vs llama.cpp on the Q4_1 file itself"),
+    ("llamacpp_q4_1_vs_llamacpp_f32", "llama.cpp Q4_1 file vs llama.cpp F32 copy"),
+]
+
+
+def llamacpp_crosscheck(doc):
+    """One row per comparison: logits NMSE, argmax agreement, both perplexities."""
+    rows = []
+    for key, label in CROSSCHECK_ROWS:
+        c = doc["comparisons"][key]
+        rows.append([
+            label,
+            sci(c["nmse"], 2),
+            sci(c["nmse_worst_window"], 2),
+            short(c["max_abs_diff"]),
+            f"{100 * c['argmax_agreement']:.3f}%",
+            f"{c['ppl_' + c['a']]:.4f}",
+            f"{c['ppl_' + c['b']]:.4f}",
+            signed_short(c["rel_ppl_diff"]),
+        ])
+    return table(["comparison", "logits NMSE", "worst window", "max abs diff", "argmax agreement", "ppl a",
+                  "ppl b", "ppl a / b - 1"], rows)
+
+
+KINDS = {"bench-engine": bench_engine, "llamacpp-crosscheck": llamacpp_crosscheck}
+
+
+def render(page):
+    text = page.read_text()
+
+    def one(match):
+        kind, source = match.group(2), match.group(3)
+        if kind not in KINDS:
+            raise ValueError(f"{page.name}: table kind {kind!r} (known: {', '.join(KINDS)})")
+        doc = json.loads((page.parent / source).read_text())
+        try:
+            body = KINDS[kind](doc)
+        except (KeyError, ValueError) as e:
+            raise ValueError(f"{page.name}: table {kind} from {source}: {e!r}") from e
+        return match.group(1) + body + match.group(5)
+
+    return text, BLOCK.sub(one, text)
+
+
+def self_test():
+    """--check on a copy of the committed pages passes, and fails once a figure in a JSON moves."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = pathlib.Path(tmp)
+        for f in HERE.iterdir():
+            if f.suffix in (".md", ".json"):
+                shutil.copy(f, tmp / f.name)
+        pages = sorted(tmp.glob("*.md"))
+        if any(render(p)[0] != render(p)[1] for p in pages):
+            print("render_tables.py: self-test: the committed tables are stale")
+            return 1
+        sources = [m.group(3) for p in pages for m in BLOCK.finditer(p.read_text())]
+        for source in sorted(set(sources)):
+            original = (tmp / source).read_text()
+            doc = json.loads(original)
+            if "runs" in doc:
+                doc["runs"][0]["tg_tokens_per_s"]["mean"] *= 1.01
+            else:
+                doc["comparisons"]["kvcheck_vs_llamacpp_f32"]["nmse"] *= 1.01
+            (tmp / source).write_text(json.dumps(doc))
+            if all(render(p)[0] == render(p)[1] for p in pages):
+                print(f"render_tables.py: self-test: a 1% change in {source} went unnoticed")
+                return 1
+            (tmp / source).write_text(original)
+    print("render_tables.py: self-test passed")
+    return 0
+
+
+def main():
+    if sys.argv[1:] == ["--self-test"]:
+        return self_test()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when a table is stale")
+    parser.add_argument("pages", nargs="*", type=pathlib.Path)
+    args = parser.parse_args()
+    pages = args.pages or sorted(HERE.glob("*.md"))
+    stale = 0
+    tables = 0
+    for page in pages:
+        try:
+            old, new = render(page)
+        except (OSError, ValueError) as e:
+            print(f"render_tables.py: {e}", file=sys.stderr)
+            return 2
+        tables += len(BLOCK.findall(old))
+        if old == new:
+            continue
+        if args.check:
+            stale += 1
+            print(f"render_tables.py: {page}: a table differs from its JSON; run python3 docs/perf/render_tables.py")
+        else:
+            page.write_text(new)
+            print(f"render_tables.py: rewrote {page}")
+    if args.check and not stale:
+        print(f"render_tables.py: {tables} generated tables match their JSON")
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
