@@ -13,17 +13,11 @@ Usage (from anywhere):
 Other tokenizer.json files can be used with --tokenizer DIR/tokenizer.json --name NAME.
 """
 import argparse
-import json
 import os
 
 from tokenizers import Tokenizer
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def dump(obj):
-    # Compact and non-ASCII kept as is, like JSON.stringify.
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+from expected_lines import HERE, expected_line, read_strings, write_lines
 
 
 def main():
@@ -36,8 +30,7 @@ def main():
     out = args.out or os.path.join(HERE, "expected", f"{args.name}.jsonl")
 
     tok = Tokenizer.from_file(tok_path)
-    with open(os.path.join(HERE, "strings.jsonl"), encoding="utf-8") as f:
-        strings = [json.loads(l) for l in f if l.strip()]
+    strings = read_strings()
 
     lines = []
     for s in strings:
@@ -47,19 +40,9 @@ def main():
         ids = tok.encode(s, add_special_tokens=False).ids
         special = tok.encode(s, add_special_tokens=True).ids
         decoded = tok.decode(ids, skip_special_tokens=True) if ids else ""
-        # add_special_tokens only ever wraps the ids; check that, then store what it adds.
-        p = len(special) - len(ids)
-        at = next((k for k in range(p + 1) if special[k:k + len(ids)] == ids), -1)
-        if at < 0:
-            raise SystemExit(f"{args.name}: add_special_tokens does not wrap the ids of {s!r}")
-        line = {"ids": ids, "prefix": special[:at], "suffix": special[at + len(ids):]}
-        if decoded != s:
-            line["decoded"] = decoded
-        lines.append(dump(line))
+        lines.append(expected_line(s, ids, special, decoded, args.name))
 
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    with open(out, "w", encoding="utf-8", newline="\n") as f:
-        f.write("\n".join(lines) + "\n")
+    write_lines(out, lines)
     print(f"{args.name}: {len(strings)} strings -> {out}")
 
 

@@ -19,18 +19,14 @@ Usage: python3 datasets/tokenizers/make_expected_llamacpp.py [--model PATH] [--o
 """
 import argparse
 import ctypes
-import json
 import os
 
 import llama_cpp
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from expected_lines import HERE, expected_line, read_strings, write_lines
+
 ROOT = os.path.dirname(os.path.dirname(HERE))
 DEFAULT_MODEL = os.path.join(ROOT, "datasets/models/fetched/SmolLM2-135M-Instruct.Q4_1.gguf")
-
-
-def dump(obj):
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
 def load(model_path):
@@ -61,25 +57,16 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, "expected", "smollm2-gguf.jsonl"))
     args = ap.parse_args()
     llm = load(args.model)
-    with open(os.path.join(HERE, "strings.jsonl"), encoding="utf-8") as f:
-        strings = [json.loads(l) for l in f if l.strip()]
+    strings = read_strings()
 
     lines = []
     for s in strings:
         ids = tokenize(llm, s, False)
         special = tokenize(llm, s, True)
         decoded = detokenize(llm, ids) if ids else ""
-        p = len(special) - len(ids)
-        at = next((k for k in range(p + 1) if special[k:k + len(ids)] == ids), -1)
-        if at < 0:
-            raise SystemExit(f"add_special does not wrap the ids of {s!r}")
-        line = {"ids": ids, "prefix": special[:at], "suffix": special[at + len(ids):]}
-        if decoded != s:
-            line["decoded"] = decoded
-        lines.append(dump(line))
+        lines.append(expected_line(s, ids, special, decoded, "smollm2-gguf"))
 
-    with open(args.out, "w", encoding="utf-8", newline="\n") as f:
-        f.write("\n".join(lines) + "\n")
+    write_lines(args.out, lines)
     print(f"smollm2-gguf: {len(strings)} strings -> {args.out} (llama-cpp-python {llama_cpp.__version__})")
 
 

@@ -42,7 +42,6 @@ Usage: python3 datasets/tokenizers/spm/make_spm_gguf.py [--model PATH] [--quiet]
 Needs: gguf==0.19.0, numpy, llama-cpp-python==0.3.36, sentencepiece==0.2.0.
 """
 import argparse
-import json
 import os
 import re
 import sys
@@ -55,16 +54,14 @@ TOK = os.path.dirname(HERE)
 ROOT = os.path.dirname(os.path.dirname(TOK))
 DEFAULT_MODEL = os.path.join(ROOT, "datasets/models/kvcheck-tiny/tokenizer.model")
 GGUF_OUT = os.path.join(HERE, "kvcheck-tiny-spm.gguf")
+sys.path.insert(0, TOK)
+from expected_lines import expected_line, read_strings, write_lines  # noqa: E402
 LLAMACPP_OUT = os.path.join(TOK, "expected", "kvcheck-tiny-spm-llamacpp.jsonl")
 SPM_OUT = os.path.join(TOK, "expected", "kvcheck-tiny-spm-sentencepiece.jsonl")
 
 # llama.cpp token types (gguf.TokenType)
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 BYTE_PIECE = re.compile(r"<0x[0-9A-F]{2}>")
-
-
-def dump(obj):
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
 # --- minimal protobuf reading (only the options that matter; avoids a protobuf dependency) ---
@@ -199,7 +196,6 @@ def llamacpp_lines(model_path, strings):
     llm = llama_cpp.Llama(model_path=model_path, vocab_only=True, verbose=False)
 
     # llama_detokenize, as the SmolLM2 expected ids were made (one helper for both scripts).
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from make_expected_llamacpp import detokenize as llamacpp_detokenize
 
     def detokenize(ids):
@@ -212,17 +208,7 @@ def llamacpp_lines(model_path, strings):
         with _quiet_stderr():
             special = llm.tokenize(b, add_bos=True, special=True)
         plain.append(llm.tokenize(b, add_bos=False, special=False))
-        p = len(special) - len(ids)
-        # last match, not make_expected_llamacpp.py's first: with add_bos only, ids that are
-        # all <s> (the input "<s>") would otherwise read as prefix [] and suffix [1]
-        at = next((k for k in range(p, -1, -1) if special[k:k + len(ids)] == ids), -1)
-        if at < 0:
-            raise SystemExit(f"add_special does not wrap the ids of {s!r}")
-        line = {"ids": ids, "prefix": special[:at], "suffix": special[at + len(ids):]}
-        decoded = detokenize(ids) if ids else ""
-        if decoded != s:
-            line["decoded"] = decoded
-        out.append(line)
+        out.append(expected_line(s, ids, special, detokenize(ids) if ids else "", "llama.cpp"))
     return out, plain, llama_cpp.__version__
 
 
@@ -230,17 +216,8 @@ def spm_lines(sp, strings):
     out = []
     for s in strings:
         ids = sp.encode(s)
-        line = {"ids": ids, "prefix": [sp.bos_id()], "suffix": []}
-        decoded = sp.decode(ids) if ids else ""
-        if decoded != s:
-            line["decoded"] = decoded
-        out.append(line)
+        out.append(expected_line(s, ids, [sp.bos_id()] + ids, sp.decode(ids) if ids else "", "sentencepiece"))
     return out
-
-
-def write_jsonl(path, lines):
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
-        f.write("\n".join(dump(l) for l in lines) + "\n")
 
 
 # --- comparison -----------------------------------------------------------------------------
@@ -304,14 +281,13 @@ def main():
     print(f"wrote {os.path.relpath(GGUF_OUT, ROOT)} ({os.path.getsize(GGUF_OUT)} bytes) "
           f"in {t1 - t0:.2f} s")
 
-    with open(os.path.join(TOK, "strings.jsonl"), encoding="utf-8") as f:
-        strings = [json.loads(l) for l in f if l.strip()]
+    strings = read_strings()
     for s in strings:
         s.encode("utf-8")  # strict: stops on a lone surrogate
 
     lc, plain, lc_version = llamacpp_lines(GGUF_OUT, strings)
     t2 = time.perf_counter()
-    write_jsonl(LLAMACPP_OUT, lc)
+    write_lines(LLAMACPP_OUT, lc)
     print(f"llama.cpp (llama-cpp-python {lc_version}): {len(strings)} strings -> "
           f"{os.path.relpath(LLAMACPP_OUT, ROOT)} in {t2 - t1:.2f} s")
     if any(l["prefix"] != [sp.bos_id()] or l["suffix"] for l in lc):
@@ -319,7 +295,7 @@ def main():
 
     sm = spm_lines(sp, strings)
     t3 = time.perf_counter()
-    write_jsonl(SPM_OUT, sm)
+    write_lines(SPM_OUT, sm)
     print(f"SentencePiece (sentencepiece {sentencepiece.__version__}): {len(strings)} strings -> "
           f"{os.path.relpath(SPM_OUT, ROOT)} in {t3 - t2:.2f} s")
 
