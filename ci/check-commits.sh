@@ -16,8 +16,12 @@ max_subject=72
 area_pattern='^[a-z0-9][a-z0-9_./+-]*(, ?[a-z0-9][a-z0-9_./+-]*)*: [^ ]'
 
 check_range() {
-  local range=$1 bad=0 count=0 hash subject second
-  while read -r hash; do
+  local range=$1 bad=0 count=0 hash subject second commits
+  commits=$(git rev-list --no-merges "$range") || {
+    echo "ci/check-commits.sh: cannot list the commits of $range"
+    return 2
+  }
+  for hash in $commits; do
     count=$((count + 1))
     subject=$(git log -1 --format=%s "$hash")
     second=$(git log -1 --format=%B "$hash" | sed -n 2p)
@@ -33,7 +37,7 @@ check_range() {
       echo "ci/check-commits.sh: $hash: the second line must be blank (subject, blank line, body)"
       bad=1
     fi
-  done < <(git rev-list --no-merges "$range")
+  done
   if ((bad)); then
     echo "ci/check-commits.sh: see CONTRIBUTING.md (Commits); fix with git rebase -i / git commit --amend"
     return 1
@@ -60,6 +64,10 @@ self_test() {
     git reset -q --hard HEAD~1
     git -c user.name=t -c user.email=t@t commit -q --allow-empty -F - <<<$'cli: add a flag\nbody with no blank line'
     if check_range "$start..HEAD" >/dev/null; then echo "self-test: a body without a blank line passed"; exit 1; fi
+    # A shallow clone without the start: HEAD alone is checked, and a bad HEAD still fails.
+    git clone -q --depth 1 "file://$repo" "$repo/shallow"
+    cd "$repo/shallow"
+    if check_range "HEAD^!" >/dev/null; then echo "self-test: a bad HEAD in a shallow clone passed"; exit 1; fi
   )
   echo "ci/check-commits.sh: self-test passed"
 }
@@ -81,7 +89,7 @@ start=$(grep -v '^#' "$here/commit-convention-start" | head -1)
 if ! git cat-file -e "$start^{commit}" 2>/dev/null; then
   # A shallow clone without the start: check what history there is.
   echo "ci/check-commits.sh: start $start not in this clone's history (shallow?); checking HEAD only"
-  check_range "HEAD~1..HEAD" 2>/dev/null || check_range HEAD
+  check_range "HEAD^!"
   exit
 fi
 check_range "$start..HEAD"
