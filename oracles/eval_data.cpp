@@ -126,6 +126,11 @@ std::vector<RetrievalItem> load_retrieval(const std::filesystem::path& file) {
     if (r.length_bucket <= 0) throw input_error(where, "length_bucket", "must be positive, got {}", r.length_bucket);
     r.prompt = get_string(j, where, "prompt", kRetrievalSchema);
     r.answer = get_string(j, where, "answer", kRetrievalSchema);
+    if (j.contains("depth")) {
+      r.depth = get_integer(j, where, "depth", kRetrievalOptionalSchema);
+      if (r.depth < 0 || r.depth > 100) throw input_error(where, "depth", "must be a percent in 0..100, got {}", r.depth);
+    }
+    if (j.contains("answer_prefix")) r.answer_prefix = get_string(j, where, "answer_prefix", kRetrievalOptionalSchema);
     r.line = line;
     ids.add(r.id, where, line);
     items.push_back(std::move(r));

@@ -43,6 +43,28 @@ TEST(EvalData, ReadsRetrievalItemsIgnoringExtraFields) {
   EXPECT_EQ(items[1].line, 2);
 }
 
+TEST(EvalData, ReadsDepthAndAnswerPrefixWhenPresent) {
+  TempDir dir;
+  const std::string chat =
+      R"({"id": "passkey-4096-d030", "task": "passkey", "length_bucket": 4096, "depth": 30, "prompt": "Key 7. What is the key?", )"
+      R"("answer_prefix": "The pass key is", "answer": "7", "tokens": 4000})";
+  const std::string edges =
+      R"({"id": "e", "task": "kv", "length_bucket": 1024, "depth": 0, "prompt": "p", "answer": "q"})" "\n"
+      R"({"id": "f", "task": "kv", "length_bucket": 1024, "depth": 100, "prompt": "p", "answer": "q"})";
+  write_file(dir / "r.jsonl", kItemA + "\n" + chat + "\n" + edges + "\n");
+  const std::vector<RetrievalItem> items = load_retrieval(dir / "r.jsonl");
+  ASSERT_EQ(items.size(), 4U);
+  EXPECT_EQ(items[0].depth, -1);  // absent
+  EXPECT_EQ(items[0].answer_prefix, "");
+  EXPECT_EQ(items[1].depth, 30);
+  EXPECT_EQ(items[1].answer_prefix, "The pass key is");
+  EXPECT_EQ(items[1].prompt, "Key 7. What is the key?");
+  EXPECT_EQ(items[1].length_bucket, 4096);
+  EXPECT_EQ(items[2].depth, 0);
+  EXPECT_EQ(items[2].answer_prefix, "");
+  EXPECT_EQ(items[3].depth, 100);
+}
+
 TEST(EvalData, RetrievalSubsetSpreadsOverTaskAndBucket) {
   // A file sorted by task, then bucket: a2 a3 a4 (passkey 128), b... (passkey 256), c... (kv 128).
   std::vector<RetrievalItem> items;
@@ -103,6 +125,26 @@ INSTANTIATE_TEST_SUITE_P(
                 {":1: answer: empty string"}},
         BadLine{"NonPositiveBucket", R"({"id": "a", "task": "kv", "length_bucket": 0, "prompt": "p", "answer": "q"})",
                 {":1: length_bucket: must be positive"}},
+        BadLine{"DepthAString",
+                R"({"id": "a", "task": "kv", "length_bucket": 128, "depth": "30", "prompt": "p", "answer": "q"})",
+                {":1: depth: is a string, expected an integer", "\"depth\": integer 0..100"}},
+        BadLine{"DepthNotAnInteger",
+                R"({"id": "a", "task": "kv", "length_bucket": 128, "depth": 30.5, "prompt": "p", "answer": "q"})",
+                {":1: depth: is a number (not an integer), expected an integer"}},
+        BadLine{"DepthNull", R"({"id": "a", "task": "kv", "length_bucket": 128, "depth": null, "prompt": "p", "answer": "q"})",
+                {":1: depth: is null, expected an integer"}},
+        BadLine{"DepthNegative",
+                kItemA + "\n" + R"({"id": "b", "task": "kv", "length_bucket": 128, "depth": -1, "prompt": "p", "answer": "q"})",
+                {":2: depth: must be a percent in 0..100, got -1"}},
+        BadLine{"DepthAbove100",
+                R"({"id": "a", "task": "kv", "length_bucket": 128, "depth": 101, "prompt": "p", "answer": "q"})",
+                {":1: depth: must be a percent in 0..100, got 101"}},
+        BadLine{"AnswerPrefixNotAString",
+                R"({"id": "a", "task": "kv", "length_bucket": 128, "prompt": "p", "answer_prefix": ["x"], "answer": "q"})",
+                {":1: answer_prefix: is an array, expected a string", "\"answer_prefix\": string"}},
+        BadLine{"AnswerPrefixEmpty",
+                R"({"id": "a", "task": "kv", "length_bucket": 128, "prompt": "p", "answer_prefix": "", "answer": "q"})",
+                {":1: answer_prefix: empty string"}},
         BadLine{"DuplicateId", kItemA + "\n" + kItemB + "\n" + kItemA + "\n", {":3: id: 'a' repeats the id of line 1"}},
         BadLine{"EmptyFile", "", {"file: holds no items"}},
         BadLine{"OnlyBlankLines", "\n  \n\n", {"file: holds no items"}}),
