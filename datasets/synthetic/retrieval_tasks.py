@@ -144,3 +144,127 @@ def make_task(kind, rng, tokenizer, filler, words, max_tokens):
     if kind == "needle":
         return needle(rng, tokenizer, filler, max_tokens)
     raise ValueError(f"unknown task kind {kind!r}")
+
+
+# --- Chat-style tasks with the asked fact at a chosen depth (datasets/synthetic/make_long_sets.py).
+#
+# The prompt is a user message: an instruction line, a blank line, the haystack, a blank line and
+# the question. The model's answer starts with `answer_prefix` (the start of the assistant's turn,
+# appended after the chat template's generation prompt) and continues with " " + answer.
+# The haystack is a list of units joined by single spaces: filler sentences (passkey, needle; the
+# needle task's distractor needles count as units), or `key: value.` pairs (kv). The asked fact is
+# one more unit, inserted at the unit boundary where the share of the other units' tokens before it
+# comes closest to depth / 100 (0: the haystack's first unit; 100: its last, right before the
+# question). Token counts per unit are counted alone (approximate); the generator measures the
+# exact depth on the tokenized prompt.
+
+LONG_TASKS = ("passkey", "kv", "needle")
+
+
+class DepthTask:
+    """A built chat task: the prompt and the character spans the depth is measured on."""
+
+    def __init__(self, prompt, answer_prefix, answer, haystack, fact):
+        self.prompt = prompt
+        self.answer_prefix = answer_prefix
+        self.answer = answer
+        self.haystack = haystack  # (start, end) character offsets of the haystack in the prompt
+        self.fact = fact          # (start, end) character offsets of the asked fact in the prompt
+
+
+def depth_index(counts, depth):
+    """The insertion index i in 0..len(counts) whose share sum(counts[:i]) / sum(counts) is closest
+    to depth / 100 (ties: the lower index)."""
+    total = sum(counts)
+    target = depth / 100 * total
+    best, best_err, before = 0, abs(target), 0
+    for i, c in enumerate(counts):
+        before += c
+        err = abs(before - target)
+        if err < best_err:
+            best, best_err = i + 1, err
+    return best
+
+
+def _layout(intro, units, fact_at, question):
+    """prompt text, haystack span and fact span for units joined by spaces."""
+    head = intro + "\n\n"
+    parts, pos, fact = [], len(head), None
+    for i, u in enumerate(units):
+        if i:
+            pos += 1
+        if i == fact_at:
+            fact = (pos, pos + len(u))
+        parts.append(u)
+        pos += len(u)
+    haystack = " ".join(parts)
+    prompt = head + haystack + "\n\n" + question
+    return prompt, (len(head), len(head) + len(haystack)), fact
+
+
+def passkey_at_depth(rng, tokenizer, filler, budget, depth):
+    key = _number(rng, 5)
+    intro = "There is a pass key hidden in the text below. Remember it."
+    fact = f"The pass key is {key}. Remember it. {key} is the pass key."
+    sentences, _ = filler.take(rng, budget - _count(tokenizer, fact))
+    counts = [_count(tokenizer, s) for s in sentences]
+    at = depth_index(counts, depth)
+    units = sentences[:at] + [fact] + sentences[at:]
+    prompt, hay, span = _layout(intro, units, at, "What is the pass key?")
+    return DepthTask(prompt, "The pass key is", key, hay, span)
+
+
+def kv_at_depth(rng, tokenizer, words, budget, depth, answer_digits=4):
+    intro = "Below is a list of keys, each followed by its value. Remember them."
+    order = rng.sample(words, len(words))
+    pairs, counts, used = [], [], 0
+    for k in order:
+        piece = f"{k}: {_number(rng, answer_digits)}."
+        c = _count(tokenizer, piece)
+        if pairs and used + c > budget:
+            break
+        pairs.append((k, piece))
+        counts.append(c)
+        used += c
+    else:
+        raise ValueError(f"kv: {len(words)} key words cannot fill {budget} tokens")
+    asked = rng.randrange(len(pairs))
+    key, fact = pairs.pop(asked)
+    counts.pop(asked)
+    at = depth_index(counts, depth)
+    units = [p for _, p in pairs]
+    units.insert(at, fact)
+    value = fact[len(key) + 2:-1]
+    prompt, hay, span = _layout(intro, units, at, f"What is the value of {key}?")
+    return DepthTask(prompt, f"The value of {key} is", value, hay, span)
+
+
+def needle_at_depth(rng, tokenizer, filler, budget, depth, n_needles=None):
+    intro = "Some special magic numbers are hidden in the text below. Remember them."
+    n = n_needles or rng.randint(2, 5)
+    names = rng.sample(FIRST_NAMES, n)
+    numbers = [_number(rng, 5) for _ in names]
+    needles = [f"The special magic number for {nm} is {num}." for nm, num in zip(names, numbers)]
+    target = rng.randrange(n)
+    fixed = sum(_count(tokenizer, s) for s in needles)
+    sentences, _ = filler.take(rng, budget - fixed)
+    body = list(sentences)
+    for i, nd in enumerate(needles):
+        if i != target:
+            body.insert(rng.randint(0, len(body)), nd)
+    counts = [_count(tokenizer, s) for s in body]
+    at = depth_index(counts, depth)
+    body.insert(at, needles[target])
+    name = names[target]
+    prompt, hay, span = _layout(intro, body, at, f"What is the special magic number for {name}?")
+    return DepthTask(prompt, f"The special magic number for {name} is", numbers[target], hay, span)
+
+
+def make_depth_task(kind, rng, tokenizer, filler, words, budget, depth):
+    if kind == "passkey":
+        return passkey_at_depth(rng, tokenizer, filler, budget, depth)
+    if kind == "kv":
+        return kv_at_depth(rng, tokenizer, words, budget, depth)
+    if kind == "needle":
+        return needle_at_depth(rng, tokenizer, filler, budget, depth)
+    raise ValueError(f"unknown task kind {kind!r}")
