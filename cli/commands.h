@@ -92,6 +92,7 @@ struct ReportArgs {
   std::string retrieval_file;                 // --retrieval: retrieval items, JSONL (empty: <datasets>/eval/retrieval.jsonl)
   int threads = 0;
   bool quiet = false;
+  std::string render;                         // --render: rewrite report.md / report.html from this report.json
   std::string command_line;                   // recorded in report.json
 };
 void add_report(CLI::App& app, ReportArgs& args);

@@ -50,10 +50,16 @@ void add_report(CLI::App& app, ReportArgs& args) {
   cmd->add_option("--retrieval", args.retrieval_file, "Retrieval items, JSONL (default: <datasets>/eval/retrieval.jsonl)");
   cmd->add_option("--threads", args.threads, "CPU threads (0: every core)");
   cmd->add_flag("--quiet", args.quiet, "No progress on stderr");
+  cmd->add_option("--render", args.render,
+                  "Only rewrite report.md and report.html under --out from this report.json (no model run, no gate)");
 }
 
 int run_report(const ReportArgs& args) {
   const auto started = std::chrono::steady_clock::now();
+  if (!args.render.empty()) {
+    if (!args.baseline.empty()) throw input_error("kvcheck report", "--render", "renders a report.json; it takes no --baseline");
+    return render_report(args.render, args.out);
+  }
   if (args.update_baseline && args.baseline.empty()) {
     throw input_error("kvcheck report", "--update-baseline", "needs --baseline FILE to write");
   }

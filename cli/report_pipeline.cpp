@@ -1,6 +1,7 @@
 #include "cli/report_pipeline.h"
 
 #include <fstream>
+#include <sstream>
 
 #include <sys/resource.h>
 
@@ -177,6 +178,30 @@ int finish_report(const nlohmann::json& report, const ReportGate& gate) {
     fmt::print("per-step oracle: {} violation(s)\n", violations);
     return 1;
   }
+  return 0;
+}
+
+int render_report(const std::string& file, const std::filesystem::path& out_dir) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw input_error(file, "--render", "cannot be read");
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json report = nlohmann::json::parse(text.str(), nullptr, false);
+  if (report.is_discarded() || !report.is_object()) throw input_error(file, "json", "is not a JSON object");
+  if (!report.contains("format") || report.at("format") != "kvcheck-report") {
+    throw input_error(file, "format", "must be \"kvcheck-report\" (a report.json of kvcheck report or compare)");
+  }
+  std::string md, html;
+  try {
+    md = report_markdown(report);
+    html = report_html(report);
+  } catch (const nlohmann::json::exception& e) {
+    throw input_error(file, "json", "cannot be rendered: {}", e.what());
+  }
+  std::filesystem::create_directories(out_dir);
+  write_text(out_dir / "report.md", md);
+  write_text(out_dir / "report.html", html);
+  fmt::print("report: {}\n", (std::filesystem::absolute(out_dir) / "report.html").string());
   return 0;
 }
 

@@ -79,4 +79,9 @@ struct ReportGate {
 // oracle violation is exit 1 too. The exit code.
 int finish_report(const nlohmann::json& report, const ReportGate& gate);
 
+// kvcheck report --render FILE: report.md and report.html rewritten under out_dir from an existing
+// report.json (no model run, no gate). InputError naming the file when it is not a kvcheck report
+// or lacks a field the pages need. The exit code (0).
+int render_report(const std::string& file, const std::filesystem::path& out_dir);
+
 }  // namespace kvcheck::cli

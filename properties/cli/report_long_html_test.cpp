@@ -16,6 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/report_html.h"
+#include "properties/support/cli_runner.h"
+#include "properties/support/test_support.h"
 
 namespace kvcheck::cli {
 namespace {
@@ -250,6 +252,25 @@ TEST(ReportLongHtml, OtherReportsShowNoLongSection) {
   EXPECT_EQ(md.find("Retrieval by length"), std::string::npos);
   report["mode"] = "long";
   EXPECT_NE(report_html(report).find("<th>agreement</th>"), std::string::npos);
+}
+
+// kvcheck report --render rewrites report.md and report.html from a report.json exactly as the
+// run writes them, and refuses a file that is not a kvcheck report (exit 2, naming it).
+TEST(ReportLongHtml, RenderRewritesThePagesFromReportJson) {
+  const testing::TempDir dir;
+  const nlohmann::json report = long_report();
+  testing::write_file(dir / "report.json", report.dump(1));
+  const testing::CliRun run = testing::run_kvcheck(fmt::format("report --render {} --out {}", testing::shell_quote(dir / "report.json"),
+                                                               testing::shell_quote(dir / "pages")));
+  ASSERT_EQ(run.code, 0) << run.output;
+  EXPECT_EQ(testing::read_file(dir / "pages" / "report.html"), report_html(report));
+  EXPECT_EQ(testing::read_file(dir / "pages" / "report.md"), report_markdown(report));
+  testing::write_file(dir / "other.json", R"({"format": "kvcheck-sweep"})");
+  const testing::CliRun bad = testing::run_kvcheck(fmt::format("report --render {} --out {}", testing::shell_quote(dir / "other.json"),
+                                                               testing::shell_quote(dir / "pages")));
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("other.json"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("format"), std::string::npos) << bad.output;
 }
 
 }  // namespace
