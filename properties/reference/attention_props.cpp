@@ -119,12 +119,15 @@ RC_GTEST_PROP(AttentionProps, FutureKeysDoNotMatter, ()) {
   v2.bottomRows(c.tk - tq).setConstant(std::nan(""));
   const AttentionShape s{heads, c.kv_heads, c.head_dim, 0};
   RC_ASSERT(attention_ref(q, k, v, qp, kp, s) == attention_ref(q, k2, v2, qp, kp, s));
-  // And a query's output equals attention over exactly the keys it can see.
+  // And a query's output equals attention over exactly the keys it can see: within the rounding
+  // of the sums, since the blocked attention's GEMMs (reference/attention.h) group a row's sums
+  // by the shape of its query and key blocks, which differ between the two calls (NMSE ~1e-31
+  // seen; a future key that leaked in would give ~1e-2).
   const MatrixRMd out = attention_ref(q, k, v, qp, kp, s);
   const MatrixRMd seen = attention_ref(q.bottomRows(1), k.topRows(tq), v.topRows(tq),
                                       std::span<const std::int64_t>(&qp.back(), 1),
                                       std::span<const std::int64_t>(kp.data(), static_cast<std::size_t>(tq)), s);
-  RC_ASSERT(nmse(all(seen), all(MatrixRMd(out.bottomRows(1)))) == 0.0);
+  RC_ASSERT(nmse(all(seen), all(MatrixRMd(out.bottomRows(1)))) < 1e-26);
 }
 
 }  // namespace
