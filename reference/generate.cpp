@@ -57,10 +57,12 @@ GenerateResult generate_greedy(const ReferenceModel& model, std::span<const std:
     if (reason == nullptr || options.keep_logits) {
       if (options.path == DecodePath::kKVCache) {
         const std::span<const std::int32_t> fresh(sequence.data() + cache.size(), sequence.size() - cache.size());
-        logits = model.forward(fresh, cache);
+        // Without keep_logits only the last row is read: the lm_head runs for it alone.
+        const auto first = options.keep_logits ? 0 : static_cast<std::int64_t>(fresh.size()) - 1;
+        logits = model.forward_from(fresh, cache, first);
         if (options.keep_logits) kept.push_back(logits);
       } else {
-        logits = model.forward(sequence);
+        logits = model.forward_from(sequence, options.keep_logits ? 0 : static_cast<std::int64_t>(sequence.size()) - 1);
       }
     }
     if (reason != nullptr) {

@@ -1,31 +1,50 @@
 #include "reference/layers.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <stdexcept>
 
+#include "reference/parallel.h"
+
 namespace kvcheck {
 
-MatrixRMd rmsnorm_ref(const MatrixRMd& x, std::span<const double> weight, double eps) {
+namespace {
+
+constexpr Eigen::Index kRowsPerItem = 64;
+
+// body(t) for every row t in [0, rows), rows in items of kRowsPerItem shared among threads.
+template <typename Body>
+void for_rows(Eigen::Index rows, int threads, Body&& body) {
+  const std::int64_t items = (rows + kRowsPerItem - 1) / kRowsPerItem;
+  parallel_items(items, threads, [&](std::int64_t item, int) {
+    const Eigen::Index end = std::min<Eigen::Index>(rows, (item + 1) * kRowsPerItem);
+    for (Eigen::Index t = item * kRowsPerItem; t < end; ++t) body(t);
+  });
+}
+
+}  // namespace
+
+MatrixRMd rmsnorm_ref(const MatrixRMd& x, std::span<const double> weight, double eps, int threads) {
   if (static_cast<std::int64_t>(weight.size()) != x.cols()) {
     throw std::invalid_argument("rmsnorm_ref: weight size differs from hidden size");
   }
   MatrixRMd out(x.rows(), x.cols());
-  for (Eigen::Index t = 0; t < x.rows(); ++t) {
+  for_rows(x.rows(), threads, [&](Eigen::Index t) {
     double sum_sq = 0.0;
     for (Eigen::Index i = 0; i < x.cols(); ++i) sum_sq += x(t, i) * x(t, i);
     const double inv_rms = 1.0 / std::sqrt(sum_sq / static_cast<double>(x.cols()) + eps);
     for (Eigen::Index i = 0; i < x.cols(); ++i) out(t, i) = x(t, i) * inv_rms * weight[i];
-  }
+  });
   return out;
 }
 
 MatrixRMd head_rmsnorm_ref(const MatrixRMd& x, std::int64_t n_heads, std::int64_t head_dim,
-                           std::span<const double> weight, double eps) {
+                           std::span<const double> weight, double eps, int threads) {
   if (x.cols() != n_heads * head_dim) throw std::invalid_argument("head_rmsnorm_ref: x is not [T, n_heads * head_dim]");
   // Row-major [T, n_heads * d] is row-major [T * n_heads, d]: one row per (token, head).
   const Eigen::Map<const MatrixRMd> heads(x.data(), x.rows() * n_heads, head_dim);
-  const MatrixRMd normed = rmsnorm_ref(heads, weight, eps);
+  const MatrixRMd normed = rmsnorm_ref(heads, weight, eps, threads);
   return Eigen::Map<const MatrixRMd>(normed.data(), x.rows(), x.cols());
 }
 
@@ -56,13 +75,13 @@ std::vector<double> rope_inv_freq(std::int64_t head_dim, double theta, const Rop
 }
 
 void rope_ref(MatrixRMd& x, std::int64_t n_heads, std::int64_t head_dim,
-              std::span<const std::int64_t> positions, std::span<const double> inv_freq) {
+              std::span<const std::int64_t> positions, std::span<const double> inv_freq, int threads) {
   const std::int64_t half = head_dim / 2;
   if (x.cols() != n_heads * head_dim || static_cast<std::int64_t>(positions.size()) != x.rows() ||
       static_cast<std::int64_t>(inv_freq.size()) != half) {
     throw std::invalid_argument("rope_ref: shapes disagree");
   }
-  for (Eigen::Index t = 0; t < x.rows(); ++t) {
+  for_rows(x.rows(), threads, [&](Eigen::Index t) {
     const double pos = static_cast<double>(positions[t]);
     for (std::int64_t i = 0; i < half; ++i) {
       const double angle = pos * inv_freq[i];
@@ -77,20 +96,20 @@ void rope_ref(MatrixRMd& x, std::int64_t n_heads, std::int64_t head_dim,
         b = b0 * c + a0 * s;
       }
     }
-  }
+  });
 }
 
-MatrixRMd swiglu_ref(const MatrixRMd& gate, const MatrixRMd& up) {
+MatrixRMd swiglu_ref(const MatrixRMd& gate, const MatrixRMd& up, int threads) {
   if (gate.rows() != up.rows() || gate.cols() != up.cols()) {
     throw std::invalid_argument("swiglu_ref: gate and up differ in shape");
   }
   MatrixRMd out(gate.rows(), gate.cols());
-  for (Eigen::Index t = 0; t < gate.rows(); ++t) {
+  for_rows(gate.rows(), threads, [&](Eigen::Index t) {
     for (Eigen::Index i = 0; i < gate.cols(); ++i) {
       const double g = gate(t, i);
       out(t, i) = g / (1.0 + std::exp(-g)) * up(t, i);
     }
-  }
+  });
   return out;
 }
 

@@ -1,11 +1,14 @@
 #include "reference/model.h"
 
+#include <chrono>
+
 #include <fmt/format.h>
 
 #include "reference/errors.h"
 #include "reference/gguf.h"
 #include "reference/gguf_model.h"
 #include "reference/layers.h"
+#include "reference/parallel.h"
 #include "reference/safetensors.h"
 
 namespace kvcheck {
@@ -31,7 +34,8 @@ ReferenceModel::ReferenceModel(ModelConfig config, std::shared_ptr<const TensorS
     : origin_(origin),
       weights_(std::move(config), std::move(weights), std::move(origin), options.max_resident_bytes),
       inv_freq_(rope_inv_freq(weights_.config().head_dim, weights_.config().rope_theta,
-                              weights_.config().rope_scaling)) {}
+                              weights_.config().rope_scaling)),
+      threads_(options.threads) {}
 
 void ReferenceModel::check_tokens(std::span<const std::int32_t> tokens, std::int64_t pos0,
                                   const std::string& request) const {
@@ -51,22 +55,82 @@ void ReferenceModel::check_tokens(std::span<const std::int32_t> tokens, std::int
 }
 
 MatrixRM ReferenceModel::forward(std::span<const std::int32_t> tokens, AttentionRecorder* recorder) const {
-  KVCache scratch(config(), static_cast<std::int64_t>(tokens.size()));
-  return run(tokens, scratch, recorder);
+  return forward_from(tokens, 0, recorder);
 }
 
 MatrixRM ReferenceModel::forward(std::span<const std::int32_t> tokens, KVCache& cache,
                                  AttentionRecorder* recorder) const {
-  return run(tokens, cache, recorder);
+  return run(tokens, cache, 0, recorder, nullptr);
+}
+
+MatrixRM ReferenceModel::forward_from(std::span<const std::int32_t> tokens, std::int64_t first_logit_row,
+                                      AttentionRecorder* recorder, ForwardProfile* profile) const {
+  KVCache scratch(config(), static_cast<std::int64_t>(tokens.size()));
+  return run(tokens, scratch, first_logit_row, recorder, profile);
+}
+
+MatrixRM ReferenceModel::forward_from(std::span<const std::int32_t> tokens, KVCache& cache,
+                                      std::int64_t first_logit_row, AttentionRecorder* recorder,
+                                      ForwardProfile* profile) const {
+  return run(tokens, cache, first_logit_row, recorder, profile);
 }
 
 namespace {
 
-// x: [T, in]; w: [out, in]; b: [out] or empty.  Returns x w^T + b: [T, out].
-MatrixRMd linear(const MatrixRMd& x, const MatrixRMd& w, const Eigen::RowVectorXd& b) {
-  MatrixRMd y = x * w.transpose();
-  if (b.size() > 0) y.rowwise() += b;
+// Projection tiles: rows x output features. Fixed sizes, so the GEMM each output element comes
+// from (and its bits) depends on neither the thread count nor how the tiles are shared.
+constexpr Eigen::Index kLinearRowTile = 256;
+constexpr Eigen::Index kLinearColTile = 128;
+
+// x: [T, in]; w: [out, in]; b: [out] or empty.  Returns x w^T + b: [T, out], one Eigen GEMM per
+// tile of kLinearRowTile rows by kLinearColTile features.
+MatrixRMd linear(const MatrixRMd& x, const MatrixRMd& w, const Eigen::RowVectorXd& b, int threads) {
+  MatrixRMd y(x.rows(), w.rows());
+  const Eigen::Index row_tiles = (x.rows() + kLinearRowTile - 1) / kLinearRowTile;
+  const Eigen::Index col_tiles = (w.rows() + kLinearColTile - 1) / kLinearColTile;
+  parallel_items(row_tiles * col_tiles, threads, [&](std::int64_t item, int) {
+    const Eigen::Index r0 = (item / col_tiles) * kLinearRowTile;
+    const Eigen::Index c0 = (item % col_tiles) * kLinearColTile;
+    const Eigen::Index nr = std::min(kLinearRowTile, x.rows() - r0);
+    const Eigen::Index nc = std::min(kLinearColTile, w.rows() - c0);
+    auto tile = y.block(r0, c0, nr, nc);
+    tile.noalias() = x.middleRows(r0, nr) * w.middleRows(c0, nc).transpose();
+    if (b.size() > 0) tile.rowwise() += b.segment(c0, nc);
+  });
   return y;
+}
+
+// Logits of rows [first, x.rows()) of x (final hidden states): [rows - first, vocab] float. The
+// GEMMs run on tiles of kLogitRowTile rows aligned to multiples of it (the rows of the aligned
+// tile before `first` are computed and dropped) by kLinearColTile vocabulary entries, each tile
+// rounded to float from a per-thread scratch: no [T, vocab] double is ever held.
+MatrixRM lm_head_rows(const MatrixRMd& x, const MatrixRMd& w, Eigen::Index first, int threads) {
+  constexpr Eigen::Index kRows = ReferenceModel::kLogitRowTile;
+  MatrixRM logits(x.rows() - first, w.rows());
+  const Eigen::Index aligned = (first / kRows) * kRows;
+  const Eigen::Index row_tiles = (x.rows() - aligned + kRows - 1) / kRows;
+  const Eigen::Index col_tiles = (w.rows() + kLinearColTile - 1) / kLinearColTile;
+  const std::int64_t items = row_tiles * col_tiles;
+  std::vector<MatrixRMd> scratch(static_cast<std::size_t>(parallel_workers(items, threads)),
+                                 MatrixRMd(kRows, kLinearColTile));
+  parallel_items(items, threads, [&](std::int64_t item, int worker) {
+    const Eigen::Index r0 = aligned + (item / col_tiles) * kRows;
+    const Eigen::Index c0 = (item % col_tiles) * kLinearColTile;
+    const Eigen::Index nr = std::min(kRows, x.rows() - r0);
+    const Eigen::Index nc = std::min(kLinearColTile, w.rows() - c0);
+    auto tile = scratch[static_cast<std::size_t>(worker)].topLeftCorner(nr, nc);
+    tile.noalias() = x.middleRows(r0, nr) * w.middleRows(c0, nc).transpose();
+    const Eigen::Index skip = std::max<Eigen::Index>(0, first - r0);
+    logits.block(r0 + skip - first, c0, nr - skip, nc) = tile.bottomRows(nr - skip).cast<float>();
+  });
+  return logits;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point& start) {
+  const auto now = std::chrono::steady_clock::now();
+  const double s = std::chrono::duration<double>(now - start).count();
+  start = now;
+  return s;
 }
 
 void check_finite(const MatrixRMd& h, std::int64_t layer, std::int64_t pos0, const std::string& origin) {
@@ -81,11 +145,20 @@ void check_finite(const MatrixRMd& h, std::int64_t layer, std::int64_t pos0, con
 
 }  // namespace
 
-MatrixRM ReferenceModel::run(std::span<const std::int32_t> tokens, KVCache& cache, AttentionRecorder* recorder) const {
+MatrixRM ReferenceModel::run(std::span<const std::int32_t> tokens, KVCache& cache, std::int64_t first_logit_row,
+                             AttentionRecorder* recorder, ForwardProfile* profile) const {
   const ModelConfig& c = config();
   const std::int64_t pos0 = cache.size_;
   const auto n_new = static_cast<std::int64_t>(tokens.size());
   check_tokens(tokens, pos0, "forward");
+  if (first_logit_row < 0 || first_logit_row >= n_new) {
+    throw std::invalid_argument(
+        fmt::format("forward_from: first_logit_row {} is outside the {} tokens", first_logit_row, n_new));
+  }
+  const int threads = threads_;
+  ForwardProfile unused;
+  ForwardProfile& prof = profile != nullptr ? *profile : unused;
+  auto clock = std::chrono::steady_clock::now();
   if (pos0 + n_new > cache.capacity_) {
     throw std::length_error(fmt::format("KVCache: {} + {} tokens exceed capacity {}", pos0, n_new, cache.capacity_));
   }
@@ -104,16 +177,19 @@ MatrixRM ReferenceModel::run(std::span<const std::int32_t> tokens, KVCache& cach
     const std::shared_ptr<const LayerWeights> w = weights_.layer(l);
 
     // Attention block.
-    const MatrixRMd n1 = rmsnorm_ref(h, w->input_norm, c.rms_norm_eps);
-    MatrixRMd q = linear(n1, w->wq, w->bq);  // [T, n_heads*d]
-    MatrixRMd k = linear(n1, w->wk, w->bk);  // [T, n_kv*d]
-    MatrixRMd v = linear(n1, w->wv, w->bv);  // [T, n_kv*d]
+    prof.other_s += seconds_since(clock);
+    const MatrixRMd n1 = rmsnorm_ref(h, w->input_norm, c.rms_norm_eps, threads);
+    prof.other_s += seconds_since(clock);
+    MatrixRMd q = linear(n1, w->wq, w->bq, threads);  // [T, n_heads*d]
+    MatrixRMd k = linear(n1, w->wk, w->bk, threads);  // [T, n_kv*d]
+    MatrixRMd v = linear(n1, w->wv, w->bv, threads);  // [T, n_kv*d]
+    prof.projections_s += seconds_since(clock);
     if (c.qk_norm()) {
-      q = head_rmsnorm_ref(q, c.num_attention_heads, c.head_dim, w->q_norm, c.rms_norm_eps);
-      k = head_rmsnorm_ref(k, c.num_key_value_heads, c.head_dim, w->k_norm, c.rms_norm_eps);
+      q = head_rmsnorm_ref(q, c.num_attention_heads, c.head_dim, w->q_norm, c.rms_norm_eps, threads);
+      k = head_rmsnorm_ref(k, c.num_key_value_heads, c.head_dim, w->k_norm, c.rms_norm_eps, threads);
     }
-    rope_ref(q, c.num_attention_heads, c.head_dim, q_pos, inv_freq_);
-    rope_ref(k, c.num_key_value_heads, c.head_dim, q_pos, inv_freq_);
+    rope_ref(q, c.num_attention_heads, c.head_dim, q_pos, inv_freq_, threads);
+    rope_ref(k, c.num_key_value_heads, c.head_dim, q_pos, inv_freq_, threads);
     if (recorder) recorder->on_qkv(l, pos0, q, k, v);
     cache.k_[l].middleRows(pos0, n_new) = k;
     cache.v_[l].middleRows(pos0, n_new) = v;
@@ -124,21 +200,38 @@ MatrixRM ReferenceModel::run(std::span<const std::int32_t> tokens, KVCache& cach
         recorder->on_probs(l, head, pos0 + row, probs);
       };
     }
+    prof.other_s += seconds_since(clock);
     const MatrixRMd attn = attention_ref(q, cache.k_[l].topRows(pos0 + n_new), cache.v_[l].topRows(pos0 + n_new),
-                                         q_pos, k_pos, shape, on_probs);
-    h += linear(attn, w->wo, w->bo);
+                                         q_pos, k_pos, shape, on_probs, threads);
+    prof.attention_s += seconds_since(clock);
+    const MatrixRMd o = linear(attn, w->wo, w->bo, threads);
+    prof.projections_s += seconds_since(clock);
+    h += o;
 
     // MLP block.
-    const MatrixRMd n2 = rmsnorm_ref(h, w->post_norm, c.rms_norm_eps);
-    const MatrixRMd act = swiglu_ref(n2 * w->w_gate.transpose(), n2 * w->w_up.transpose());
-    h += act * w->w_down.transpose();
+    const MatrixRMd n2 = rmsnorm_ref(h, w->post_norm, c.rms_norm_eps, threads);
+    prof.other_s += seconds_since(clock);
+    const Eigen::RowVectorXd no_bias;
+    const MatrixRMd gate = linear(n2, w->w_gate, no_bias, threads);
+    const MatrixRMd up = linear(n2, w->w_up, no_bias, threads);
+    prof.projections_s += seconds_since(clock);
+    const MatrixRMd act = swiglu_ref(gate, up, threads);
+    prof.other_s += seconds_since(clock);
+    const MatrixRMd down = linear(act, w->w_down, no_bias, threads);
+    prof.projections_s += seconds_since(clock);
+    h += down;
     check_finite(h, l, pos0, origin_);
   }
   cache.size_ = pos0 + n_new;
+  prof.other_s += seconds_since(clock);
 
-  const MatrixRMd final_hidden = rmsnorm_ref(h, weights_.final_norm(), c.rms_norm_eps);
-  const MatrixRMd logits = final_hidden * weights_.lm_head()->transpose();  // [T, V]
-  return logits.cast<float>();
+  // The final norm of the rows whose logits are asked for (from the aligned tile's first row).
+  const std::int64_t aligned = (first_logit_row / kLogitRowTile) * kLogitRowTile;
+  const MatrixRMd tail = h.bottomRows(n_new - aligned);
+  const MatrixRMd final_hidden = rmsnorm_ref(tail, weights_.final_norm(), c.rms_norm_eps, threads);
+  MatrixRM logits = lm_head_rows(final_hidden, *weights_.lm_head(), first_logit_row - aligned, threads);
+  prof.lm_head_s += seconds_since(clock);
+  return logits;
 }
 
 }  // namespace kvcheck

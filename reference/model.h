@@ -1,4 +1,6 @@
-// The reference Llama-family transformer: slow, exact, single-threaded on purpose.
+// The reference Llama-family transformer: exact and plain, in double. Threaded only where every
+// output element is still computed by one thread in a fixed order (projection tiles, attention
+// work items, rows of the element-wise layers), so its bits do not depend on the thread count.
 //
 // Per layer:  h += o_proj(attention(rope(q_proj(n)), rope(k_proj(n)), v_proj(n))),  n = rmsnorm(h)
 //             h += down_proj(silu(gate_proj(n)) * up_proj(n)),                      n = rmsnorm(h)
@@ -11,6 +13,9 @@
 //
 // Two decode paths that must agree: forward(tokens) recomputes every position from scratch;
 // forward(tokens, cache) appends to a contiguous KV cache and computes only the new positions.
+// forward_from(..., first_logit_row) computes the lm_head of the last rows only: at long context
+// the full [T, vocab] logits (1.6 GB of float at 8K tokens for a 49K vocabulary) and their GEMM
+// are most of the memory and a tenth of the work.
 #pragma once
 
 #include <cstdint>
@@ -67,6 +72,16 @@ class KVCache {
 struct LoadOptions {
   // Converted (double) weights kept in memory; layers beyond it are converted again on each use.
   std::size_t max_resident_bytes = std::size_t{16} << 30;
+  // Threads of a forward (<= 0: every core). The logits do not depend on it, bit for bit.
+  int threads = 0;
+};
+
+// Where a forward's time went (forward_from's optional profile), in seconds.
+struct ForwardProfile {
+  double projections_s = 0;  // q/k/v/o and the MLP's gate/up/down GEMMs
+  double attention_s = 0;    // attention_ref
+  double lm_head_s = 0;      // final norm and lm_head over the rows asked for
+  double other_s = 0;        // embedding, norms, RoPE, SwiGLU, residual adds, cache copies
 };
 
 class ReferenceModel {
@@ -88,17 +103,31 @@ class ReferenceModel {
   // Incremental: tokens sit at positions cache.size() ...; they are appended to the cache and
   // their logits [T, vocab] returned.
   MatrixRM forward(std::span<const std::int32_t> tokens, KVCache& cache, AttentionRecorder* recorder = nullptr) const;
+  // As the two above, but the logits of rows first_logit_row .. T - 1 of `tokens` only:
+  // [T - first_logit_row, vocab], 0 <= first_logit_row < T (std::invalid_argument otherwise).
+  // Row r is bit-identical to row first_logit_row + r of the forward above: the lm_head runs in
+  // fixed tiles of rows aligned to multiples of kLogitRowTile, whichever rows are asked for.
+  MatrixRM forward_from(std::span<const std::int32_t> tokens, std::int64_t first_logit_row,
+                        AttentionRecorder* recorder = nullptr, ForwardProfile* profile = nullptr) const;
+  MatrixRM forward_from(std::span<const std::int32_t> tokens, KVCache& cache, std::int64_t first_logit_row,
+                        AttentionRecorder* recorder = nullptr, ForwardProfile* profile = nullptr) const;
+  static constexpr std::int64_t kLogitRowTile = 64;
+
+  int threads() const { return threads_; }
+  void set_threads(int threads) { threads_ = threads; }
 
   // InputError unless tokens is non-empty, every id is in [0, vocab) and pos0 + T fits in
   // max_position_embeddings. `request` names the input in the message.
   void check_tokens(std::span<const std::int32_t> tokens, std::int64_t pos0, const std::string& request) const;
 
  private:
-  MatrixRM run(std::span<const std::int32_t> tokens, KVCache& cache, AttentionRecorder* recorder) const;
+  MatrixRM run(std::span<const std::int32_t> tokens, KVCache& cache, std::int64_t first_logit_row,
+               AttentionRecorder* recorder, ForwardProfile* profile) const;
 
   std::string origin_;
   ModelWeights weights_;
   std::vector<double> inv_freq_;  // [head_dim / 2]
+  int threads_ = 0;
 };
 
 }  // namespace kvcheck

@@ -416,3 +416,51 @@ TEST(ReferenceModelBadInput, NanWeightsNameTheLayer) {
 
 }  // namespace
 }  // namespace kvcheck
+
+namespace kvcheck {
+namespace {
+
+// forward_from computes the lm_head of the last rows only; its rows are the full forward's rows
+// bit for bit, wherever first_logit_row falls in the 64-row logit tiles, on both decode paths.
+// A shape with several attention blocks (128), projection row tiles (256) and vocabulary tiles.
+TEST(ReferenceModelForwardFrom, RowsAreTheFullForwardsRowsBitForBit) {
+  testing::TinyShape shape;
+  shape.vocab = 300;
+  const ModelConfig c = tiny_config(shape);
+  const ReferenceModel model = tiny_model(c, 23);
+  const std::vector<std::int32_t> tokens = test_tokens(290, c.vocab_size, 4);
+  const MatrixRM full = model.forward(tokens);
+  for (const std::int64_t first : {0, 1, 63, 64, 65, 200, 289}) {
+    SCOPED_TRACE(first);
+    const MatrixRM tail = model.forward_from(tokens, first);
+    ASSERT_EQ(tail.rows(), 290 - first);
+    EXPECT_TRUE(tail == full.bottomRows(290 - first));
+    KVCache a(c, 290), b(c, 290);
+    EXPECT_TRUE(model.forward_from(tokens, a, first) == model.forward(tokens, b).bottomRows(290 - first));
+  }
+  EXPECT_THROW(model.forward_from(tokens, 290), std::invalid_argument);
+  EXPECT_THROW(model.forward_from(tokens, -1), std::invalid_argument);
+}
+
+// The forward's threads share tiles, attention items and rows, each computed whole by one thread:
+// the logits are the same bits for any thread count, with and without a sliding window.
+TEST(ReferenceModelForwardFrom, ThreadCountDoesNotChangeABit) {
+  testing::TinyShape shape;
+  shape.vocab = 300;
+  for (const std::int64_t window : {0, 37}) {
+    ModelConfig c = tiny_config(shape);
+    if (window > 0) c.family = ModelFamily::kMistral;  // the family that may set a window
+    c.sliding_window = window;
+    ReferenceModel model = tiny_model(c, 29);
+    const std::vector<std::int32_t> tokens = test_tokens(270, c.vocab_size, 8);
+    model.set_threads(1);
+    const MatrixRM one = model.forward(tokens);
+    for (const int threads : {2, 5}) {
+      model.set_threads(threads);
+      EXPECT_TRUE(model.forward(tokens) == one) << threads << " threads, window " << window;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvcheck
