@@ -128,6 +128,23 @@ double eigen_gemm_flops_per_s(int threads) {
   });
 }
 
+double eigen_gemm_double_flops_per_s(int threads) {
+  static RateCache rates;
+  return rates.get(threads, [](int t) {
+    return concurrent_flops_per_s(t, 5, 2.0 * static_cast<double>(kGemmN * kGemmN * kGemmN), [] {
+      struct Run {
+        Eigen::MatrixXd a, b, c;
+        void operator()() {
+          c.noalias() = a * b;
+          asm volatile("" : : "r"(c.data()) : "memory");
+        }
+      };
+      return Run{Eigen::MatrixXd::Random(kGemmN, kGemmN), Eigen::MatrixXd::Random(kGemmN, kGemmN),
+                 Eigen::MatrixXd(kGemmN, kGemmN)};
+    });
+  });
+}
+
 double linear_rows_flops_per_s() { return linear_rows_flops_per_s(1); }
 
 double linear_rows_flops_per_s(int threads) {

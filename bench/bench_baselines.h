@@ -20,6 +20,9 @@ double copy_bandwidth_bytes_per_s();
 double copy_bandwidth_bytes_per_s(int threads);
 double eigen_gemm_flops_per_s();
 double eigen_gemm_flops_per_s(int threads);
+// Eigen's double GEMM, 1024 x 1024 x 1024, best of 5, as `threads` copies at once: the compute
+// ceiling of the double-precision reference (kvcheck bench --reference-prefill).
+double eigen_gemm_double_flops_per_s(int threads);
 double linear_rows_flops_per_s();
 double linear_rows_flops_per_s(int threads);
 // max(eigen_gemm_flops_per_s(t), linear_rows_flops_per_s(t)): the compute rate of t threads

@@ -101,7 +101,8 @@ int run_fragmentation(const BenchArgs& args) {
 
 void add_bench(CLI::App& app, BenchArgs& args) {
   CLI::App* cmd = app.add_subcommand(
-      "bench", "Benchmarks (one mode at a time: --workload NAME / --workload-file FILE, --fragmentation, --engine)");
+      "bench", "Benchmarks (one mode at a time: --workload NAME / --workload-file FILE, --fragmentation, --engine, "
+               "--reference-prefill)");
   cmd->add_option("--workload", args.workload,
                   "Serving benchmark on a synthetic workload: chat, reasoning, long-context or shared-prefix");
   cmd->add_option("--workload-file", args.workload_file, "Serving benchmark on the requests of a JSONL file");
@@ -136,7 +137,8 @@ void add_bench(CLI::App& app, BenchArgs& args) {
   cmd->add_option("--preemption", args.preemption, "--workload: recompute, swap or auto")->capture_default_str();
   cmd->add_option("--device", args.device, "--workload: cpu or cuda")->capture_default_str();
   cmd->add_flag("--dummy-weights", args.dummy_weights,
-                "--workload, --engine: seeded random weights of --shape instead of a checkpoint (vLLM's dummy format)");
+                "--workload, --engine, --reference-prefill: seeded random weights of --shape instead of a checkpoint "
+                "(vLLM's dummy format)");
   cmd->add_option("--shape", args.shape, fmt::format("--dummy-weights: {}", fmt::join(dummy_shape_names(), ", ")));
   cmd->add_option("--dummy-layers", args.dummy_layers, "--dummy-weights: keep only N layers (0: all)")
       ->capture_default_str();
@@ -149,7 +151,14 @@ void add_bench(CLI::App& app, BenchArgs& args) {
   cmd->add_flag("--no-reference", args.no_reference,
                 "--engine: skip the reference rows (for real models, whose double-precision reference would take "
                 "hours at long prompts); the engine rows and their roofline only");
-  cmd->add_option("--model", args.model, "--engine, --workload: model directory or GGUF file (default: the embedded model)");
+  cmd->add_flag("--reference-prefill", args.reference_prefill,
+                "The reference's prefill of --tokens random ids (logits of the last row) against its roofline "
+                "(double GEMM rate and copy bandwidth on the same threads), measured side by side in this run");
+  cmd->add_option("--tokens", args.tokens, "--reference-prefill: prompt tokens")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--model", args.model,
+                  "--engine, --workload, --reference-prefill: model directory or GGUF file (default: the embedded model)");
   cmd->add_option("--policy", args.policy, "--engine: KV policy")->capture_default_str();
   cmd->add_option("--prompt-tokens", args.prompt_tokens, "--engine: tokens per prompt")
       ->capture_default_str()
@@ -163,7 +172,8 @@ void add_bench(CLI::App& app, BenchArgs& args) {
   cmd->add_option("--repeat", args.repeat, "--engine: runs of each configuration (mean +- standard deviation)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--threads", args.threads, "--engine, --workload: CPU threads (0: every core)")->capture_default_str();
+  cmd->add_option("--threads", args.threads, "--engine, --workload, --reference-prefill: CPU threads (0: every core)")
+      ->capture_default_str();
   cmd->add_option("--json", args.json, "Write the results as JSON to FILE (atomically)");
   cmd->add_option("--seed", args.seed, "Workload seed")->capture_default_str();
   cmd->add_option("--requests", args.requests, "Number of requests (0: 1000 for --fragmentation, 64 for --workload)")
@@ -174,17 +184,21 @@ void add_bench(CLI::App& app, BenchArgs& args) {
 
 int run_bench(const BenchArgs& args) {
   const bool serving = !args.workload.empty() || !args.workload_file.empty();
-  if (static_cast<int>(args.fragmentation) + static_cast<int>(args.engine) + static_cast<int>(serving) > 1) {
+  if (static_cast<int>(args.fragmentation) + static_cast<int>(args.engine) + static_cast<int>(serving) +
+          static_cast<int>(args.reference_prefill) >
+      1) {
     throw input_error("kvcheck bench", "mode",
-                      "pass one mode at a time (--workload/--workload-file, --fragmentation or --engine)");
+                      "pass one mode at a time (--workload/--workload-file, --fragmentation, --engine or "
+                      "--reference-prefill)");
   }
   if (!args.json.empty()) check_output_file(args.json, "--json");  // before the benchmark, not after it
   if (args.fragmentation) return run_fragmentation(args);
   if (args.engine) return run_engine_bench(args);
   if (serving) return run_serving_bench(args);
+  if (args.reference_prefill) return run_reference_prefill_bench(args);
   throw input_error("kvcheck bench", "mode",
                     "no benchmark mode given: pass one of --workload NAME, --workload-file FILE, --fragmentation, "
-                    "--engine");
+                    "--engine, --reference-prefill");
 }
 
 }  // namespace kvcheck::cli

@@ -180,6 +180,8 @@ struct BenchArgs {
   bool fragmentation = false;
   bool engine = false;
   bool no_reference = false;  // --engine: skip the reference rows (a real model's reference is slow)
+  bool reference_prefill = false;  // the reference's prefill against its roofline
+  std::int64_t tokens = 8192;      // --reference-prefill: prompt length
   std::string model;
   std::string policy = "full-fp32";
   std::int64_t prompt_tokens = 64;
@@ -213,6 +215,7 @@ void add_bench(CLI::App& app, BenchArgs& args);
 int run_bench(const BenchArgs& args);
 int run_engine_bench(const BenchArgs& args);
 int run_serving_bench(const BenchArgs& args);
+int run_reference_prefill_bench(const BenchArgs& args);
 // The model a benchmark runs (cli/bench_serving.cpp): the checkpoint in --model (`dir` set to it;
 // the embedded model by default), or dummy weights of --shape with --dummy-weights (`dir` left
 // empty). Exit-2 errors for --model with --dummy-weights, --dummy-weights without --shape and
