@@ -23,6 +23,7 @@ void prefill_attention_cuda(const PrefillAttentionInput& in, const PrefillAttent
     whole.q = q;
     PrefillAttentionOutput whole_out;
     whole_out.out = all;
+    whole_out.window_sums = out.window_sums;  // the window's queries are all real rows (checked above)
     whole_out.scratch_bytes = out.scratch_bytes;
     prefill_attention_cuda(whole, whole_out);
     std::copy(all.begin() + static_cast<std::ptrdiff_t>(skipped), all.end(), out.out.begin());

@@ -65,9 +65,12 @@ void validate(const PrefillAttentionInput& in, const PrefillAttentionOutput& out
   check_span(in.k.size(), in.tokens * kv_width, "k", "[tokens][n_kv_heads * head_dim]");
   check_span(in.v.size(), in.tokens * kv_width, "v", "[tokens][n_kv_heads * head_dim]");
   check_span(out.out.size(), queries * q_width, "out", "[tokens - first_query][n_heads * head_dim]");
-  if (in.first_query > 0 && (!out.column_sums.empty() || !out.window_sums.empty())) {
-    throw input_error(kWhere, "first_query", "{} with column or window sums: the sums need every query",
-                      in.first_query);
+  if (in.first_query > 0 && !out.column_sums.empty()) {
+    throw input_error(kWhere, "first_query", "{} with column sums: the sums need every query", in.first_query);
+  }
+  if (in.first_query > 0 && !out.window_sums.empty() && in.first_query > in.tokens - std::min(in.window, in.tokens)) {
+    throw input_error(kWhere, "first_query", "{} with window sums: the window's {} queries start at {}", in.first_query,
+                      std::min(in.window, in.tokens), in.tokens - std::min(in.window, in.tokens));
   }
   if (!out.column_sums.empty()) {
     check_span(out.column_sums.size(), in.n_heads * in.tokens, "column_sums", "empty or [n_heads][tokens]");
@@ -128,6 +131,13 @@ Scratch make_scratch(const PrefillAttentionInput& in, bool pass_two) {
   s.l = s.m + t;
   s.lse = pass_two ? s.l + t : nullptr;
   return s;
+}
+
+// The first query row pass two visits: every row for column sums; for window sums alone, the
+// window's rows only (the others add nothing). A key's sums add the rows in ascending order
+// wherever the tiles start, so the sums have the same bits either way.
+std::int64_t pass_two_first_query(const PrefillAttentionInput& in, bool column_sums) {
+  return column_sums ? 0 : std::max(in.first_query, in.tokens - std::min(in.window, in.tokens));
 }
 
 // The scalar tile loops: any head_dim, one element at a time.
@@ -217,7 +227,7 @@ void attend_head(const PrefillAttentionInput& in, const PrefillAttentionOutput& 
   if (columns != nullptr) std::fill_n(columns, in.tokens, 0.0f);
   if (window != nullptr) std::fill_n(window, in.tokens, 0.0f);
   const std::int64_t first_window_query = in.tokens - std::min(in.window, in.tokens);
-  for (std::int64_t i0 = 0; i0 < in.tokens; i0 += hv.tile) {
+  for (std::int64_t i0 = pass_two_first_query(in, columns != nullptr); i0 < in.tokens; i0 += hv.tile) {
     sum_query_tile(hv, i0, first_window_query, s, columns, window);
   }
 }

@@ -28,7 +28,9 @@ struct PrefillAttentionInput {
   // The queries (and output rows) are positions first_query .. tokens-1: a prompt whose first
   // keys and values are already cached (prefix reuse). Each row's result has the same bits as
   // with first_query 0: a row's key tiles start at key 0 whatever tile holds the row. No column
-  // or window sums with first_query > 0.
+  // sums with first_query > 0; window sums when first_query <= tokens - min(window, tokens)
+  // (the window's queries all computed), with the bits of the whole prompt's window sums: a
+  // window's sums for the cost of its own rows (ModelRunner::capture_prefill's extra windows).
   std::int64_t first_query = 0;
   std::int64_t tile = 64;                    // query and key tile size
   std::int64_t window = 0;                   // observation window: the last `window` queries (0: none)

@@ -162,6 +162,30 @@ TEST(PrefillAttentionIsaProps, RowsFromFirstQueryAreTheWholePromptsRows) {
   });
 }
 
+// ModelRunner::capture_prefill sums a second observation window from that window's rows alone:
+// window sums from first_query = T - W (or any earlier row) must be the whole prompt's, bit for bit.
+TEST(PrefillAttentionIsaProps, WindowSumsFromTheWindowsRowsAreTheWholePromptsSums) {
+  check_property("prefill attention/window sums from the window's rows == whole prompt's", kCases, [] {
+    PrefillCase c = draw_case();
+    RC_PRE(c.in.window > 0);
+    const std::int64_t W = std::min(c.in.window, c.in.tokens);
+    const std::int64_t first = *rc::gen::inRange<std::int64_t>(0, c.in.tokens - W + 1);
+    const std::int64_t width = c.in.n_heads * c.in.head_dim;
+    for (const LinearIsa isa : {LinearIsa::kPortable, LinearIsa::kAvx2, LinearIsa::kAvx512}) {
+      if (!linear_isa_available(isa)) continue;
+      const KernelRun whole = run_kernel(c.in, isa);
+      PrefillAttentionInput tail = c.in;
+      tail.first_query = first;
+      tail.q = std::span<const float>(c.q).subspan(static_cast<std::size_t>(first * width));
+      std::vector<float> rows(static_cast<std::size_t>((c.in.tokens - first) * width), -1.0f);
+      std::vector<float> window(whole.window.size(), -1.0f);
+      prefill_attention(tail, PrefillAttentionOutput{rows, {}, window}, isa);
+      assert_same_bits(window, whole.window, "window_sums", c);
+      assert_same_bits(rows, std::vector<float>(whole.out.begin() + first * width, whole.out.end()), "out", c);
+    }
+  });
+}
+
 TEST(PrefillAttentionIsa, DefaultIsTheFastestAvailable) {
   const LinearIsa widest = linear_isa_available(LinearIsa::kAvx512) ? LinearIsa::kAvx512
                            : linear_isa_available(LinearIsa::kAvx2)  ? LinearIsa::kAvx2

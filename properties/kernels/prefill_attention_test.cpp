@@ -176,6 +176,8 @@ TEST(PrefillAttention, BadShapesNameTheField) {
   in.first_query = 1;
   in.q = std::span<const float>(q).subspan(4);
   expect(in, {std::span<float>(out).first(4), std::span<float>(sums).first(2)}, "first_query:");  // sums need every query
+  in.window = 2;  // window sums need the window's queries: both, and only query 1 is computed
+  expect(in, {std::span<float>(out).first(4), {}, std::span<float>(sums).first(2)}, "first_query:");
   expect(in, {out}, "out:");
   in = base();
   in.n_heads = 3;
