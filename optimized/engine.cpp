@@ -61,11 +61,14 @@ EngineGenerateResult engine_generate(Engine& engine, std::int64_t request, std::
     return greedy_stop(c, static_cast<std::int64_t>(prompt.size()), r.generated, options.max_new_tokens,
                               options.stop_at_eos);
   };
+  if (options.prefill) options.prefill->check_prompt(request, prompt);
   try {
     std::vector<float> last;
     std::optional<StopReason> reason = stop_reason();
     if (!reason || options.keep_logits) {
-      last = engine.runner->prefill(request, prompt, options.keep_logits ? &r.logits : nullptr);
+      std::vector<float>* all_logits = options.keep_logits ? &r.logits : nullptr;
+      last = options.prefill ? engine.runner->prefill_from_capture(request, prompt, *options.prefill, all_logits)
+                             : engine.runner->prefill(request, prompt, all_logits);
     }
     while (!reason) {
       const std::int64_t position = static_cast<std::int64_t>(prompt.size() + r.generated.size());

@@ -50,6 +50,12 @@ struct EngineGenerateOptions {
   bool stop_at_eos = true;
   bool keep_logits = false;                      // every row, as reference/generate.h's GenerateResult
   std::span<const std::int32_t> forced;          // teacher forcing: feed these instead of the argmax
+  // Start from a shared prefill (ModelRunner::capture_prefill of this prompt) instead of computing
+  // it: the same bits as without it (ModelRunner::prefill_from_capture). Not owned; must outlive
+  // the call. std::invalid_argument naming the request when it is another prompt's; logic_error
+  // when the engine's policy cannot start from it (another rotation, its scores or window not
+  // captured) or keep_logits asks every position's logits of a capture without them.
+  const PrefillCapture* prefill = nullptr;
 };
 
 struct EngineGenerateResult {

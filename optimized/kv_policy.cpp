@@ -28,7 +28,10 @@ bool KvPolicy::prefix_closed() const {
 }
 
 void KvPolicy::rotate(RotatedPart part, std::span<float> rows, std::int64_t head_dim) const {
-  const KvRotation r = rotation();
+  rotate_rows(rotation(), part, rows, head_dim);
+}
+
+void rotate_rows(const KvRotation& r, RotatedPart part, std::span<float> rows, std::int64_t head_dim) {
   if (!r.hadamard) return;
   const std::vector<float> signs = r.signs ? hadamard_signs(r.seed, head_dim) : std::vector<float>{};
   if (part == RotatedPart::kOutput) {

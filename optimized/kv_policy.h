@@ -83,6 +83,10 @@ enum class RotatedPart {
   kOutput,  // the attention output, back to the model's space: R^T
 };
 
+// Applies `rotation` to rows [n][head_dim] of one part, in place: what KvPolicy::rotate does by
+// default (a no-op without a rotation).
+void rotate_rows(const KvRotation& rotation, RotatedPart part, std::span<float> rows, std::int64_t head_dim);
+
 class KvPolicy {
  public:
   virtual ~KvPolicy() = default;

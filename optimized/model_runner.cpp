@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <stdexcept>
 
 #include "optimized/nvtx_range.h"
 #include "optimized/step_timer.h"
@@ -63,12 +64,13 @@ void ModelRunner::check_tokens(std::int64_t request, std::span<const std::int32_
   }
 }
 
-void ModelRunner::mlp(const EngineLayer& layer, std::vector<float>& x, std::int64_t rows, bool prefill) {
+void ModelRunner::mlp(const EngineLayer& layer, std::vector<float>& x, std::int64_t rows, bool prefill,
+                      bool gemm) const {
   const ModelConfig& c = weights_.config;
   auto linear = [&](const DenseWeight& w, const std::vector<float>& in, std::vector<float>& out) {
     const StepTimer timer(StepPart::kProjections, !prefill);
     out.resize(static_cast<std::size_t>(rows * w.out()));
-    if (prefill && !reusable_prefill_) {
+    if (gemm) {
       backend_.linear_prefill(w, in, rows, out);
     } else {
       backend_.linear(w, in, rows, out);
@@ -110,26 +112,67 @@ std::vector<float> ModelRunner::prefill_after_prefix(std::int64_t request, std::
   return prefill_rows(request, tokens, cached, nullptr);
 }
 
-std::vector<float> ModelRunner::prefill_rows(std::int64_t request, std::span<const std::int32_t> tokens,
-                                             std::int64_t first, std::vector<float>* all_logits) {
-  const NvtxRange range("prefill");
-  const StepTimer timer(StepPart::kPrefill);
-  check_tokens(request, tokens, 0);
+// One prompt forward pass: what prefill_rows (a request's prefill, storing as it goes) and
+// capture_prefill (no cache) share, so that both give the same bits by construction.
+struct ModelRunner::PromptPass {
+  std::int64_t request = -1;  // for the reusable read-back
+  std::int64_t first = 0;     // > 0: reusable mode, positions 0 .. first-1 cached
+  bool reusable = false;
+  // The basis attention runs in (a no-op without a rotation).
+  std::function<void(RotatedPart, std::span<float>)> rotate;
+  bool column_sums = false;
+  // Distinct positive windows: windows[0] is summed by the layer's attention call, each other one
+  // by a call over its own last queries (first == 0 only).
+  std::vector<std::int64_t> windows;
+  // A layer's keys and values [T][kv_dim], post-RoPE, before the rotation.
+  std::function<void(std::int32_t layer, const std::vector<float>& k, const std::vector<float>& v)> on_kv;
+  // The same rotated, before the layer's attention (a non-selecting prefill stores them here).
+  std::function<void(std::int32_t layer, const std::vector<float>& k, const std::vector<float>& v)> on_rotated_kv;
+  // After the layer's attention: column sums and per window the window sums, [n_heads][T] each.
+  std::function<void(std::int32_t layer, const std::vector<float>& columns,
+                     const std::vector<std::vector<float>>& windows)>
+      on_sums;
+  // After the last layer, before the final norm (a selecting prefill commits here).
+  std::function<void()> on_layers_done;
+};
+
+namespace {
+
+// A kv head's score of each key: the maximum over its group's query heads, sums [n_heads][T].
+std::vector<float> kv_head_scores(const std::vector<float>& sums, std::int64_t h, std::int64_t group, std::int64_t T) {
+  std::vector<float> s(static_cast<std::size_t>(T), 0.0f);
+  for (std::int64_t g = 0; g < group; ++g) {
+    const float* row = sums.data() + (h * group + g) * T;
+    for (std::int64_t t = 0; t < T; ++t) s[static_cast<std::size_t>(t)] = std::max(s[static_cast<std::size_t>(t)], row[t]);
+  }
+  return s;
+}
+
+bool same_rotation(const KvRotation& a, const KvRotation& b) {
+  if (a.hadamard != b.hadamard) return false;
+  if (!a.hadamard) return true;
+  return a.signs == b.signs && (!a.signs || a.seed == b.seed);
+}
+
+// The distinct positive windows, ascending.
+std::vector<std::int64_t> distinct_windows(std::vector<std::int64_t> w) {
+  std::erase_if(w, [](std::int64_t x) { return x <= 0; });
+  std::sort(w.begin(), w.end());
+  w.erase(std::unique(w.begin(), w.end()), w.end());
+  return w;
+}
+
+}  // namespace
+
+std::vector<float> ModelRunner::forward_prompt(const PromptPass& pass, std::span<const std::int32_t> tokens,
+                                               std::vector<float>* all_logits) const {
   const ModelConfig& c = weights_.config;
   const std::int64_t total = static_cast<std::int64_t>(tokens.size());
+  const std::int64_t first = pass.first;
   // The rows computed here: prompt positions first .. total-1 (first > 0: the rest is cached).
   const std::int64_t T = total - first;
   const std::int64_t H = c.hidden_size;
-  const KvPolicy& policy = cache_.policy();
-  // An evicting (or tier-splitting) policy chooses the kept tokens from the prompt's attention, so
-  // its pages are allocated after the compute; the pool is checked first all the same.
-  const bool evicting = policy.selects_prompt();
-  const bool reusable = reusable_prefill_;
-  if (evicting) {
-    cache_.check_prompt_fits(T);  // PoolExhausted here, before any compute
-  } else if (first == 0) {
-    cache_.reserve_prompt(request, T);  // PoolExhausted here, before any compute
-  }
+  const bool reusable = pass.reusable;
   // Projections: one blocked GEMM per weight, or (reusable) the batch-invariant row kernel, whose
   // rows do not depend on how many rows are computed.
   const auto project = [&](const DenseWeight& w, const std::vector<float>& in, std::vector<float>& out) {
@@ -140,127 +183,347 @@ std::vector<float> ModelRunner::prefill_rows(std::int64_t request, std::span<con
     }
   };
   std::vector<float> cached_k, cached_v;  // reusable: the layer's keys and values as stored, [total][kv_dim]
+  const bool sums = pass.column_sums || !pass.windows.empty();
+  std::vector<float> column_sums;
+  std::vector<std::vector<float>> window_sums(pass.windows.size());
+  if (pass.column_sums) column_sums.resize(static_cast<std::size_t>(c.num_attention_heads * T));
+  for (auto& w : window_sums) w.resize(static_cast<std::size_t>(c.num_attention_heads * T));
+  std::vector<float> window_rows;  // an extra window's attention output, [window][q_dim] (discarded)
+  std::vector<std::int32_t> positions(static_cast<std::size_t>(T));
+  for (std::int64_t t = 0; t < T; ++t) positions[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(first + t);
+  std::vector<float> x(static_cast<std::size_t>(T * H));
+  for (std::int64_t t = 0; t < T; ++t) {
+    weights_.embedding.widen_row_to(tokens[static_cast<std::size_t>(first + t)], x.data() + t * H);
+  }
+  std::vector<float> n(x.size()), q, k, v, attn(static_cast<std::size_t>(T * c.q_dim())), o, normed;
+  for (std::int32_t l = 0; l < c.num_hidden_layers; ++l) {
+    const EngineLayer& layer = weights_.layers[static_cast<std::size_t>(l)];
+    backend_.rmsnorm(x, T, layer.input_norm, c.rms_norm_eps, n);
+    q.resize(static_cast<std::size_t>(T * c.q_dim()));
+    k.resize(static_cast<std::size_t>(T * c.kv_dim()));
+    v.resize(k.size());
+    project(layer.q, n, q);
+    project(layer.k, n, k);
+    project(layer.v, n, v);
+    if (c.qk_norm()) {
+      head_norm(backend_, q, T, c.num_attention_heads, layer.q_norm, c.rms_norm_eps, normed);
+      head_norm(backend_, k, T, c.num_key_value_heads, layer.k_norm, c.rms_norm_eps, normed);
+    }
+    backend_.rope(q, T, c.num_attention_heads, c.head_dim, positions, weights_.rope_cos, weights_.rope_sin);
+    backend_.rope(k, T, c.num_key_value_heads, c.head_dim, positions, weights_.rope_cos, weights_.rope_sin);
+    if (pass.on_kv) pass.on_kv(l, k, v);
+    // A rotating policy's space from here to the attention output (a no-op for the others).
+    pass.rotate(RotatedPart::kQuery, q);
+    pass.rotate(RotatedPart::kKey, k);
+    pass.rotate(RotatedPart::kValue, v);
+    if (pass.on_rotated_kv) pass.on_rotated_kv(l, k, v);
+    PrefillAttentionInput in;
+    in.tokens = total;
+    in.first_query = first;
+    in.n_heads = c.num_attention_heads;
+    in.n_kv_heads = c.num_key_value_heads;
+    in.head_dim = c.head_dim;
+    in.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+    in.q = q;
+    in.k = k;
+    in.v = v;
+    if (reusable) {
+      // Every prompt key and value as the cache holds it, cached prefix and new rows alike.
+      cached_k.resize(static_cast<std::size_t>(total * c.kv_dim()));
+      cached_v.resize(cached_k.size());
+      cache_.read_prompt_rows(pass.request, l, total, cached_k, cached_v);
+      in.k = cached_k;
+      in.v = cached_v;
+    }
+    in.window = pass.windows.empty() ? 0 : pass.windows.front();
+    PrefillAttentionOutput out;
+    out.out = attn;
+    out.column_sums = column_sums;
+    if (!window_sums.empty()) out.window_sums = window_sums.front();
+    {
+      const NvtxRange attention("attention");
+      backend_.prefill_attention(in, out);
+      // Each further window from its own last queries: the same sums, bit for bit
+      // (kernels/cpu/prefill_attention.h), for window x T work instead of a second T x T pass.
+      for (std::size_t w = 1; w < pass.windows.size(); ++w) {
+        const std::int64_t rows = std::min(pass.windows[w], T);
+        PrefillAttentionInput tail = in;
+        tail.first_query = T - rows;
+        tail.window = pass.windows[w];
+        tail.q = std::span<const float>(q).subspan(static_cast<std::size_t>((T - rows) * c.q_dim()));
+        window_rows.resize(static_cast<std::size_t>(rows * c.q_dim()));
+        PrefillAttentionOutput tail_out;
+        tail_out.out = window_rows;
+        tail_out.window_sums = window_sums[w];
+        backend_.prefill_attention(tail, tail_out);
+      }
+    }
+    pass.rotate(RotatedPart::kOutput, attn);
+    if (sums && pass.on_sums) pass.on_sums(l, column_sums, window_sums);
+    o.resize(x.size());
+    project(layer.o, attn, o);
+    add_into(x, o);
+    mlp(layer, x, T, true, !reusable);
+  }
+  if (pass.on_layers_done) pass.on_layers_done();
+  // Only the rows whose logits are wanted go through the final norm and the head.
+  const std::int64_t first_row = all_logits ? 0 : T - 1;
+  const std::int64_t rows = T - first_row;
+  std::vector<float> last(x.begin() + first_row * H, x.end());
+  std::vector<float> nl(last.size());
+  backend_.rmsnorm(last, rows, weights_.final_norm, c.rms_norm_eps, nl);
+  std::vector<float> logits(static_cast<std::size_t>(rows * c.vocab_size));
+  // Per-row (batch-invariant) head: a row's logits do not depend on how many rows are wanted.
+  backend_.linear(weights_.lm_head, nl, rows, logits);
+  if (all_logits) {
+    *all_logits = logits;
+    return std::vector<float>(logits.end() - c.vocab_size, logits.end());
+  }
+  return logits;
+}
+
+std::vector<float> ModelRunner::prefill_rows(std::int64_t request, std::span<const std::int32_t> tokens,
+                                             std::int64_t first, std::vector<float>* all_logits) {
+  const NvtxRange range("prefill");
+  const StepTimer timer(StepPart::kPrefill);
+  check_tokens(request, tokens, 0);
+  const ModelConfig& c = weights_.config;
+  const std::int64_t T = static_cast<std::int64_t>(tokens.size()) - first;
+  const KvPolicy& policy = cache_.policy();
+  // An evicting (or tier-splitting) policy chooses the kept tokens from the prompt's attention, so
+  // its pages are allocated after the compute; the pool is checked first all the same.
+  const bool evicting = policy.selects_prompt();
+  if (evicting) {
+    cache_.check_prompt_fits(T);  // PoolExhausted here, before any compute
+  } else if (first == 0) {
+    cache_.reserve_prompt(request, T);  // PoolExhausted here, before any compute
+  }
   const std::int64_t kvh = c.num_key_value_heads;
   const std::int64_t group = c.group_size();
-  const std::int64_t window = evicting ? policy.observation_window() : 0;
   std::vector<std::vector<float>> layer_keys, layer_values;     // evicting: [layer][T][kv_dim]
   std::vector<std::vector<float>> all_scores, window_scores;    // evicting: [layer * kvh + head][T]
-  std::vector<float> column_sums, window_sums;
-  if (evicting) {
-    column_sums.resize(static_cast<std::size_t>(c.num_attention_heads * T));
-    if (window > 0) window_sums.resize(column_sums.size());
+  PromptPass pass;
+  pass.request = request;
+  pass.first = first;
+  pass.reusable = reusable_prefill_;
+  pass.rotate = [&](RotatedPart part, std::span<float> rows) { policy.rotate(part, rows, c.head_dim); };
+  pass.column_sums = evicting;
+  if (evicting && policy.observation_window() > 0) pass.windows = {policy.observation_window()};
+  if (trace_ && trace_->on_kv) {
+    pass.on_kv = [&](std::int32_t l, const std::vector<float>& k, const std::vector<float>& v) {
+      trace_->on_kv(request, l, static_cast<std::int32_t>(first), T, k, v);
+    };
   }
-  // A kv head's score of key t: the maximum over its group's query heads.
-  auto head_scores = [&](const std::vector<float>& sums, std::int64_t h) {
-    std::vector<float> s(static_cast<std::size_t>(T), 0.0f);
-    for (std::int64_t g = 0; g < group; ++g) {
-      const float* row = sums.data() + (h * group + g) * T;
-      for (std::int64_t t = 0; t < T; ++t) s[static_cast<std::size_t>(t)] = std::max(s[static_cast<std::size_t>(t)], row[t]);
+  pass.on_rotated_kv = [&](std::int32_t l, const std::vector<float>& k, const std::vector<float>& v) {
+    if (evicting) {
+      layer_keys.push_back(k);
+      layer_values.push_back(v);
+    } else {
+      const NvtxRange quantize("quantize");
+      cache_.write_prompt_rows(request, l, first, T, k, v);
     }
-    return s;
+  };
+  pass.on_sums = [&](std::int32_t, const std::vector<float>& columns, const std::vector<std::vector<float>>& windows) {
+    for (std::int64_t h = 0; h < kvh; ++h) {
+      all_scores.push_back(kv_head_scores(columns, h, group, T));
+      window_scores.push_back(windows.empty() ? std::vector<float>{} : kv_head_scores(windows.front(), h, group, T));
+    }
+  };
+  pass.on_layers_done = [&] {
+    if (!evicting) return;
+    // Every layer's scores are in: the policy selects (per head, or across the layers).
+    std::vector<PromptScores> scores;
+    for (std::size_t i = 0; i < all_scores.size(); ++i) {
+      scores.push_back(PromptScores{all_scores[i], window_scores[i], static_cast<std::int32_t>(c.num_hidden_layers)});
+    }
+    if (trace_ && trace_->on_prompt_scores) trace_->on_prompt_scores(request, kvh, scores);
+    const std::vector<PromptSelection> kept = policy.select_prompt_all(T, kvh, scores);
+    if (!policy.accumulates_scores()) all_scores.assign(all_scores.size(), {});
+    cache_.commit_prompt(request, T, kept, all_scores, layer_keys, layer_values);
   };
   try {
-    std::vector<std::int32_t> positions(static_cast<std::size_t>(T));
-    for (std::int64_t t = 0; t < T; ++t) positions[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(first + t);
-    std::vector<float> x(static_cast<std::size_t>(T * H));
-    for (std::int64_t t = 0; t < T; ++t) {
-      weights_.embedding.widen_row_to(tokens[static_cast<std::size_t>(first + t)], x.data() + t * H);
-    }
-    std::vector<float> n(x.size()), q, k, v, attn(static_cast<std::size_t>(T * c.q_dim())), o, normed;
-    for (std::int32_t l = 0; l < c.num_hidden_layers; ++l) {
-      const EngineLayer& layer = weights_.layers[static_cast<std::size_t>(l)];
-      backend_.rmsnorm(x, T, layer.input_norm, c.rms_norm_eps, n);
-      q.resize(static_cast<std::size_t>(T * c.q_dim()));
-      k.resize(static_cast<std::size_t>(T * c.kv_dim()));
-      v.resize(k.size());
-      project(layer.q, n, q);
-      project(layer.k, n, k);
-      project(layer.v, n, v);
-      if (c.qk_norm()) {
-        head_norm(backend_, q, T, c.num_attention_heads, layer.q_norm, c.rms_norm_eps, normed);
-        head_norm(backend_, k, T, c.num_key_value_heads, layer.k_norm, c.rms_norm_eps, normed);
-      }
-      backend_.rope(q, T, c.num_attention_heads, c.head_dim, positions, weights_.rope_cos, weights_.rope_sin);
-      backend_.rope(k, T, c.num_key_value_heads, c.head_dim, positions, weights_.rope_cos, weights_.rope_sin);
-      if (trace_ && trace_->on_kv) trace_->on_kv(request, l, static_cast<std::int32_t>(first), T, k, v);
-      // A rotating policy's space from here to the attention output (a no-op for the others).
-      policy.rotate(RotatedPart::kQuery, q, c.head_dim);
-      policy.rotate(RotatedPart::kKey, k, c.head_dim);
-      policy.rotate(RotatedPart::kValue, v, c.head_dim);
-      if (!evicting) {
-        const NvtxRange quantize("quantize");
-        cache_.write_prompt_rows(request, l, first, T, k, v);
-      }
-      PrefillAttentionInput in;
-      in.tokens = total;
-      in.first_query = first;
-      in.n_heads = c.num_attention_heads;
-      in.n_kv_heads = c.num_key_value_heads;
-      in.head_dim = c.head_dim;
-      in.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
-      in.q = q;
-      in.k = k;
-      in.v = v;
-      if (reusable) {
-        // Every prompt key and value as the cache holds it, cached prefix and new rows alike.
-        cached_k.resize(static_cast<std::size_t>(total * c.kv_dim()));
-        cached_v.resize(cached_k.size());
-        cache_.read_prompt_rows(request, l, total, cached_k, cached_v);
-        in.k = cached_k;
-        in.v = cached_v;
-      }
-      in.window = window;
-      PrefillAttentionOutput out;
-      out.out = attn;
-      out.column_sums = column_sums;
-      out.window_sums = window_sums;
-      {
-        const NvtxRange attention("attention");
-        backend_.prefill_attention(in, out);
-      }
-      policy.rotate(RotatedPart::kOutput, attn, c.head_dim);
-      if (evicting) {
-        for (std::int64_t h = 0; h < kvh; ++h) {
-          all_scores.push_back(head_scores(column_sums, h));
-          window_scores.push_back(window > 0 ? head_scores(window_sums, h) : std::vector<float>{});
-        }
-        layer_keys.push_back(k);
-        layer_values.push_back(v);
-      }
-      o.resize(x.size());
-      project(layer.o, attn, o);
-      add_into(x, o);
-      mlp(layer, x, T, true);
-    }
-    if (evicting) {
-      // Every layer's scores are in: the policy selects (per head, or across the layers).
-      std::vector<PromptScores> scores;
-      for (std::size_t i = 0; i < all_scores.size(); ++i) {
-        scores.push_back(PromptScores{all_scores[i], window_scores[i], static_cast<std::int32_t>(c.num_hidden_layers)});
-      }
-      if (trace_ && trace_->on_prompt_scores) trace_->on_prompt_scores(request, kvh, scores);
-      const std::vector<PromptSelection> kept = policy.select_prompt_all(T, kvh, scores);
-      if (!policy.accumulates_scores()) all_scores.assign(all_scores.size(), {});
-      cache_.commit_prompt(request, T, kept, all_scores, layer_keys, layer_values);
-    }
-    // Only the rows whose logits are wanted go through the final norm and the head.
-    const std::int64_t first_row = all_logits ? 0 : T - 1;
-    const std::int64_t rows = T - first_row;
-    std::vector<float> last(x.begin() + first_row * H, x.end());
-    std::vector<float> nl(last.size());
-    backend_.rmsnorm(last, rows, weights_.final_norm, c.rms_norm_eps, nl);
-    std::vector<float> logits(static_cast<std::size_t>(rows * c.vocab_size));
-    // Per-row (batch-invariant) head: a row's logits do not depend on how many rows are wanted.
-    backend_.linear(weights_.lm_head, nl, rows, logits);
-    if (all_logits) {
-      *all_logits = logits;
-      return std::vector<float>(logits.end() - c.vocab_size, logits.end());
-    }
-    return logits;
+    return forward_prompt(pass, tokens, all_logits);
   } catch (...) {
     cache_.release(request);
     throw;
   }
+}
+
+bool PrefillCaptureOptions::cover(const KvPolicy& policy) {
+  if (!same_rotation(rotation, policy.rotation())) return false;
+  if (policy.selects_prompt()) {
+    scores = true;
+    if (policy.observation_window() > 0) windows.push_back(policy.observation_window());
+  }
+  return true;
+}
+
+std::string PrefillCapture::mismatch(const KvPolicy& policy) const {
+  if (!same_rotation(options.rotation, policy.rotation())) {
+    return fmt::format("policy {} rotates {}, the capture's prefill attention ran {}", policy.name(),
+                       policy.rotation().hadamard ? "its keys and values" : "nothing",
+                       options.rotation.hadamard ? "rotated" : "unrotated");
+  }
+  if (!policy.selects_prompt()) return {};
+  if (scores.empty()) return fmt::format("policy {} selects the prompt, the capture has no scores", policy.name());
+  const std::int64_t w = policy.observation_window();
+  if (w > 0 && std::find(options.windows.begin(), options.windows.end(), w) == options.windows.end()) {
+    return fmt::format("policy {} reads the sums of the last {} queries, the capture has no such window",
+                       policy.name(), w);
+  }
+  return {};
+}
+
+void PrefillCapture::check_prompt(std::int64_t request, std::span<const std::int32_t> prompt) const {
+  if (!std::equal(prompt.begin(), prompt.end(), tokens.begin(), tokens.end())) {
+    throw std::invalid_argument(fmt::format("request {}: its {}-token prompt is not the prefill capture's {} tokens",
+                                            request, prompt.size(), tokens.size()));
+  }
+}
+
+std::int64_t PrefillCapture::bytes() const {
+  std::int64_t n = 0;
+  const auto add = [&](const std::vector<std::vector<float>>& rows) {
+    for (const auto& r : rows) n += static_cast<std::int64_t>(r.size() * sizeof(float));
+  };
+  add(keys);
+  add(values);
+  add(scores);
+  for (const auto& w : window_scores) add(w);
+  n += static_cast<std::int64_t>((logits.size() + all_logits.size()) * sizeof(float));
+  return n;
+}
+
+PrefillCapture ModelRunner::capture_prefill(std::span<const std::int32_t> tokens,
+                                            const PrefillCaptureOptions& options) const {
+  const NvtxRange range("prefill");
+  const StepTimer timer(StepPart::kPrefill);
+  check_tokens(-1, tokens, 0);
+  const ModelConfig& c = weights_.config;
+  const std::int64_t T = static_cast<std::int64_t>(tokens.size());
+  const std::int64_t kvh = c.num_key_value_heads, group = c.group_size();
+  PrefillCapture cap;
+  cap.tokens.assign(tokens.begin(), tokens.end());
+  cap.options = options;
+  cap.options.windows = distinct_windows(options.windows);
+  cap.options.scores = options.scores || !cap.options.windows.empty();
+  cap.layers = c.num_hidden_layers;
+  cap.kv_heads = kvh;
+  cap.kv_dim = c.kv_dim();
+  cap.window_scores.resize(cap.options.windows.size());
+  PromptPass pass;
+  // The rotation a policy's default KvPolicy::rotate applies (rotate_rows, optimized/kv_policy.h).
+  pass.rotate = [&](RotatedPart part, std::span<float> rows) {
+    rotate_rows(cap.options.rotation, part, rows, c.head_dim);
+  };
+  pass.column_sums = cap.options.scores;
+  pass.windows = cap.options.windows;
+  pass.on_kv = [&](std::int32_t, const std::vector<float>& k, const std::vector<float>& v) {
+    cap.keys.push_back(k);
+    cap.values.push_back(v);
+  };
+  pass.on_sums = [&](std::int32_t, const std::vector<float>& columns, const std::vector<std::vector<float>>& windows) {
+    for (std::int64_t h = 0; h < kvh; ++h) {
+      if (!columns.empty()) cap.scores.push_back(kv_head_scores(columns, h, group, T));
+      for (std::size_t w = 0; w < windows.size(); ++w) {
+        cap.window_scores[w].push_back(kv_head_scores(windows[w], h, group, T));
+      }
+    }
+  };
+  cap.logits = forward_prompt(pass, tokens, options.all_logits ? &cap.all_logits : nullptr);
+  return cap;
+}
+
+std::vector<float> ModelRunner::prefill_from_capture(std::int64_t request, std::span<const std::int32_t> tokens,
+                                                     const PrefillCapture& capture, std::vector<float>* all_logits) {
+  const NvtxRange range("prefill from capture");
+  capture.check_prompt(request, tokens);
+  const ModelConfig& c = weights_.config;
+  const KvPolicy& policy = cache_.policy();
+  if (capture.layers != c.num_hidden_layers || capture.kv_dim != c.kv_dim() ||
+      capture.logits.size() != static_cast<std::size_t>(c.vocab_size)) {
+    throw std::logic_error(fmt::format("request {}: the prefill capture is of another model's shape", request));
+  }
+  if (const std::string why = capture.mismatch(policy); !why.empty()) {
+    throw std::logic_error(fmt::format("request {}: cannot start from the prefill capture: {}", request, why));
+  }
+  if (all_logits && capture.all_logits.empty()) {
+    throw std::logic_error(fmt::format("request {}: every position's logits asked of a prefill capture without them "
+                                       "(PrefillCaptureOptions::all_logits)", request));
+  }
+  if (reusable_prefill_) {
+    throw std::logic_error(fmt::format("request {}: a prefill capture is the non-reusable prefill; this runner "
+                                       "is in reusable mode", request));
+  }
+  const std::int64_t T = capture.prompt_tokens();
+  const std::int64_t kvh = c.num_key_value_heads;
+  const bool evicting = policy.selects_prompt();
+  const bool rotates = policy.rotation().hadamard;
+  if (evicting) {
+    cache_.check_prompt_fits(T);  // PoolExhausted here, before anything is stored
+  } else {
+    cache_.reserve_prompt(request, T);  // PoolExhausted here, before anything is stored
+  }
+  const auto on_kv = [&](std::int32_t l) {
+    if (trace_ && trace_->on_kv) {
+      trace_->on_kv(request, l, 0, T, capture.keys[static_cast<std::size_t>(l)],
+                    capture.values[static_cast<std::size_t>(l)]);
+    }
+  };
+  // A rotating policy stores its rotation of the captured rows (a copy; the capture is shared).
+  const auto rotated = [&](RotatedPart part, const std::vector<float>& rows) {
+    std::vector<float> r = rows;
+    policy.rotate(part, r, c.head_dim);
+    return r;
+  };
+  try {
+    if (!evicting) {
+      for (std::int32_t l = 0; l < c.num_hidden_layers; ++l) {
+        on_kv(l);
+        const NvtxRange quantize("quantize");
+        const auto& k = capture.keys[static_cast<std::size_t>(l)];
+        const auto& v = capture.values[static_cast<std::size_t>(l)];
+        if (rotates) {
+          cache_.write_prompt_rows(request, l, 0, T, rotated(RotatedPart::kKey, k), rotated(RotatedPart::kValue, v));
+        } else {
+          cache_.write_prompt_rows(request, l, 0, T, k, v);
+        }
+      }
+    } else {
+      for (std::int32_t l = 0; l < c.num_hidden_layers; ++l) on_kv(l);
+      const std::int64_t w = policy.observation_window();
+      const std::vector<std::vector<float>>* window = nullptr;
+      if (w > 0) {
+        const auto at = std::find(capture.options.windows.begin(), capture.options.windows.end(), w);
+        window = &capture.window_scores[static_cast<std::size_t>(at - capture.options.windows.begin())];
+      }
+      std::vector<PromptScores> scores;
+      for (std::size_t i = 0; i < capture.scores.size(); ++i) {
+        scores.push_back(PromptScores{capture.scores[i], window ? std::span<const float>((*window)[i])
+                                                                : std::span<const float>{},
+                                      static_cast<std::int32_t>(c.num_hidden_layers)});
+      }
+      if (trace_ && trace_->on_prompt_scores) trace_->on_prompt_scores(request, kvh, scores);
+      const std::vector<PromptSelection> kept = policy.select_prompt_all(T, kvh, scores);
+      const std::vector<std::vector<float>> no_scores(capture.scores.size());
+      const auto& initial = policy.accumulates_scores() ? capture.scores : no_scores;
+      if (rotates) {
+        std::vector<std::vector<float>> keys, values;
+        for (std::int32_t l = 0; l < c.num_hidden_layers; ++l) {
+          keys.push_back(rotated(RotatedPart::kKey, capture.keys[static_cast<std::size_t>(l)]));
+          values.push_back(rotated(RotatedPart::kValue, capture.values[static_cast<std::size_t>(l)]));
+        }
+        cache_.commit_prompt(request, T, kept, initial, keys, values);
+      } else {
+        cache_.commit_prompt(request, T, kept, initial, capture.keys, capture.values);
+      }
+    }
+  } catch (...) {
+    cache_.release(request);
+    throw;
+  }
+  if (all_logits) *all_logits = capture.all_logits;
+  return capture.logits;
 }
 
 std::vector<float> ModelRunner::decode(std::span<const std::int64_t> requests, std::span<const std::int32_t> tokens,
@@ -434,7 +697,7 @@ void ModelRunner::decode_into(std::span<const std::int64_t> requests, std::span<
       backend_.linear(layer.o, attn, B, o);
     }
     add_into(x, o);
-    mlp(layer, x, B, false);
+    mlp(layer, x, B, false, false);
   }
   backend_.rmsnorm(x, B, weights_.final_norm, c.rms_norm_eps, n);
   std::int64_t R = B;

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "optimized/backend.h"
@@ -58,6 +59,55 @@ struct RunnerTrace {
       on_prompt_scores;
 };
 
+// A prompt's prefill, computed once and stored by many policies (docs/design.md §3, "Shared
+// prefill"). The non-reusable prefill's projections and attention run over the unrounded prompt,
+// so everything up to the moment a policy stores the prompt is the same for every policy of one
+// rotation: ModelRunner::capture_prefill computes it without touching a cache, and
+// ModelRunner::prefill_from_capture stores it as prefill() would. What a capture holds:
+struct PrefillCaptureOptions {
+  // PromptScores::all (column sums over every query): what a prompt-selecting policy
+  // (KvPolicy::selects_prompt) ranks by. Implied by a window.
+  bool scores = false;
+  // The observation windows (KvPolicy::observation_window) whose sums to keep; 0 and repeats are
+  // ignored. The first is summed with the column sums; each other one costs attention over its
+  // own last queries only (Backend::prefill_attention with first_query = T - window).
+  std::vector<std::int64_t> windows;
+  // The basis prefill attention runs in. A rotating policy's own prefill attends over rotated
+  // queries, keys and values, which changes the residual stream's last bits from layer 0 on, so
+  // a capture serves only policies of its rotation (one capture per distinct rotation).
+  KvRotation rotation;
+  bool all_logits = false;  // every position's logits too (engine_generate's keep_logits)
+
+  // Widens these options to serve `policy` too (its scores and window); false, changing nothing,
+  // when the policy's rotation is not this capture's.
+  bool cover(const KvPolicy& policy);
+};
+struct PrefillCapture {
+  std::vector<std::int32_t> tokens;  // the prompt, positions 0 .. T-1
+  PrefillCaptureOptions options;     // what was asked (windows: the distinct positive ones, ascending)
+  std::int64_t layers = 0, kv_heads = 0, kv_dim = 0;
+  // Per layer, [T][kv_dim]: post-RoPE keys and values before any rotation, the rows
+  // RunnerTrace::on_kv sees (a rotating policy's store rotates copies).
+  std::vector<std::vector<float>> keys, values;
+  // [layer * kv_heads + head][T]: the column sums, max over the kv head's query group (empty
+  // without options.scores).
+  std::vector<std::vector<float>> scores;
+  // Per entry of options.windows, the window sums in the same layout.
+  std::vector<std::vector<std::vector<float>>> window_scores;
+  std::vector<float> logits;      // the last position's [vocab]
+  std::vector<float> all_logits;  // [T][vocab] with options.all_logits, else empty
+
+  std::int64_t prompt_tokens() const { return static_cast<std::int64_t>(tokens.size()); }
+  // Why `policy` cannot start from this capture (another rotation; scores or a window not
+  // captured), or empty when it can.
+  std::string mismatch(const KvPolicy& policy) const;
+  // std::invalid_argument naming the request unless `prompt` is this capture's prompt.
+  void check_prompt(std::int64_t request, std::span<const std::int32_t> prompt) const;
+  // Bytes held (keys, values, scores, logits): 30 layers x 8192 x 192 x 2 floats = 377 MB for an
+  // 8K prompt of SmolLM2-135M. Share one capture by reference; never copy it per policy.
+  std::int64_t bytes() const;
+};
+
 class ModelRunner {
  public:
   // The runner keeps references: weights, backend and cache must outlive it.
@@ -73,6 +123,23 @@ class ModelRunner {
   // the prompt's pages do not fit (the request is then not in the cache).
   std::vector<float> prefill(std::int64_t request, std::span<const std::int32_t> tokens,
                              std::vector<float>* all_logits = nullptr);
+
+  // The non-reusable prefill of `tokens` (positions 0 .. T-1) without a cache: what prefill()
+  // computes before it stores anything, kept for prefill_from_capture (PrefillCapture). Reads
+  // neither the cache nor its policy, fires no trace hook. InputError as prefill() (the request
+  // named -1). Any runner over the same model and backend kind gives the same bits (they do not
+  // depend on the thread count).
+  PrefillCapture capture_prefill(std::span<const std::int32_t> tokens, const PrefillCaptureOptions& options) const;
+  // Stores `capture`'s prompt in `request`'s pages exactly as prefill(request, tokens, all_logits)
+  // would, from the same bits: every key and value row (a selecting policy's choice from the
+  // captured scores), the RunnerTrace hooks prefill() fires (on_kv per layer, on_prompt_scores)
+  // with the same spans, and the same logits. Only the store runs: no projection, no attention.
+  // std::invalid_argument naming the request when `tokens` is not the capture's prompt;
+  // std::logic_error when the policy cannot start from it (PrefillCapture::mismatch), when
+  // all_logits is asked of a capture without them, or in reusable mode; PoolExhausted before
+  // anything is stored when the prompt does not fit (the request is then not in the cache).
+  std::vector<float> prefill_from_capture(std::int64_t request, std::span<const std::int32_t> tokens,
+                                          const PrefillCapture& capture, std::vector<float>* all_logits = nullptr);
 
   // Prefix reuse (the scheduler's prefix cache) needs a prefill whose rows do not depend on how
   // much of the prompt it computes: projections through Backend::linear (batch-invariant), and
@@ -114,8 +181,14 @@ class ModelRunner {
   // Prefill of prompt positions first .. T-1 (first > 0: reusable mode, the rest cached).
   std::vector<float> prefill_rows(std::int64_t request, std::span<const std::int32_t> tokens, std::int64_t first,
                                   std::vector<float>* all_logits);
-  // x += o_proj(attention) and x += down(swiglu(gate, up)) for one layer of a decode batch.
-  void mlp(const EngineLayer& layer, std::vector<float>& x, std::int64_t rows, bool prefill);
+  // The forward pass over a prompt's positions first .. T-1 that prefill_rows and capture_prefill
+  // share, with their hooks (model_runner.cpp).
+  struct PromptPass;
+  std::vector<float> forward_prompt(const PromptPass& pass, std::span<const std::int32_t> tokens,
+                                    std::vector<float>* all_logits) const;
+  // x += o_proj(attention) and x += down(swiglu(gate, up)) for one layer of a decode batch or a
+  // prompt (prefill: untimed; gemm: Backend::linear_prefill, else the batch-invariant linear).
+  void mlp(const EngineLayer& layer, std::vector<float>& x, std::int64_t rows, bool prefill, bool gemm) const;
 
   const EngineWeights& weights_;
   Backend& backend_;
