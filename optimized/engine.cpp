@@ -65,10 +65,12 @@ EngineGenerateResult engine_generate(Engine& engine, std::int64_t request, std::
   try {
     std::vector<float> last;
     std::optional<StopReason> reason = stop_reason();
-    if (!reason || options.keep_logits) {
+    const bool keep_rows = options.keep_logits || options.keep_step_logits;
+    if (!reason || keep_rows) {
       std::vector<float>* all_logits = options.keep_logits ? &r.logits : nullptr;
       last = options.prefill ? engine.runner->prefill_from_capture(request, prompt, *options.prefill, all_logits)
                              : engine.runner->prefill(request, prompt, all_logits);
+      if (options.keep_step_logits && !options.keep_logits) r.logits.assign(last.begin(), last.begin() + static_cast<std::ptrdiff_t>(V));
     }
     while (!reason) {
       const std::int64_t position = static_cast<std::int64_t>(prompt.size() + r.generated.size());
@@ -78,11 +80,11 @@ EngineGenerateResult engine_generate(Engine& engine, std::int64_t request, std::
       r.greedy.push_back(greedy);
       r.generated.push_back(next);
       reason = stop_reason();
-      if (reason && !options.keep_logits) break;
+      if (reason && !keep_rows) break;
       const std::int64_t ids[1] = {request};
       const std::int32_t pos = static_cast<std::int32_t>(position);
       last = engine.runner->decode(ids, {&next, 1}, {&pos, 1});
-      if (options.keep_logits) r.logits.insert(r.logits.end(), last.begin(), last.begin() + static_cast<std::ptrdiff_t>(V));
+      if (keep_rows) r.logits.insert(r.logits.end(), last.begin(), last.begin() + static_cast<std::ptrdiff_t>(V));
     }
     r.stop_reason = *reason;
   } catch (...) {

@@ -49,6 +49,10 @@ struct EngineGenerateOptions {
   std::int64_t max_new_tokens = 16;
   bool stop_at_eos = true;
   bool keep_logits = false;                      // every row, as reference/generate.h's GenerateResult
+  // The last prompt position's row and every decode step's, [1 + generated][vocab]: what a
+  // comparison of the continuation needs, without the lm_head over every prompt row. The steps run
+  // as with keep_logits (the last fed token decoded too).
+  bool keep_step_logits = false;
   std::span<const std::int32_t> forced;          // teacher forcing: feed these instead of the argmax
   // Start from a shared prefill (ModelRunner::capture_prefill of this prompt) instead of computing
   // it: the same bits as without it (ModelRunner::prefill_from_capture). Not owned; must outlive
@@ -61,7 +65,8 @@ struct EngineGenerateOptions {
 struct EngineGenerateResult {
   std::vector<std::int32_t> generated;  // the tokens fed after the prompt (forced or greedy)
   std::vector<std::int32_t> greedy;     // the engine's argmax at each of those steps
-  std::vector<float> logits;            // keep_logits: [prompt + generated][vocab], as the reference's
+  std::vector<float> logits;            // keep_logits: [prompt + generated][vocab], as the reference's;
+                                        // keep_step_logits: [1 + generated][vocab]
   StopReason stop_reason = StopReason::kMaxNewTokens;
 };
 
