@@ -68,10 +68,11 @@ TextReference compute_text_reference(const ReferenceModel& model, const Accuracy
   const std::int64_t P = inputs.prompt_tokens;
   TextReference ref;
   for (const Prompt& p : inputs.prompts) {
-    const MatrixRM logits = model.forward(p.tokens);
+    // The logits of rows P - 1 .. T - 1 only (forward_from: the same bits as the whole forward's).
+    const MatrixRM logits = model.forward_from(p.tokens, P - 1);
     std::vector<float> rows;
     for (std::int64_t r = P - 1; r + 1 < static_cast<std::int64_t>(p.tokens.size()); ++r) {
-      const std::span<const float> row(logits.data() + r * static_cast<std::int64_t>(V), V);
+      const std::span<const float> row(logits.data() + (r - (P - 1)) * static_cast<std::int64_t>(V), V);
       rows.insert(rows.end(), row.begin(), row.end());
       ref.nll += token_nll(row, p.tokens[static_cast<std::size_t>(r + 1)]);
       ++ref.predicted;
@@ -87,165 +88,206 @@ TextReference compute_text_reference(const ReferenceModel& model, const Accuracy
   return ref;
 }
 
+AccuracyRun::AccuracyRun(Engine& engine, const ModelConfig& c) : engine_(engine), c_(c) {
+  fp16_bytes_per_token_ = tier_bytes_per_token({fp16_format(), fp16_format()}, c.head_dim);
+  row_.name = engine.policy->name();
+  // fp8:scale=page: each FP8 page's two fp32 scales (keys, values) count with the page's tokens.
+  page_scales_ = engine.policy->fp8_scale() == Fp8Scale::kPage;
+  heads_ = static_cast<double>(c.num_hidden_layers * c.num_key_value_heads);
+  row_.layer_tokens.assign(static_cast<std::size_t>(c.num_hidden_layers), 0.0);
+  row_.head_bytes_ratio.assign(static_cast<std::size_t>(c.num_hidden_layers),
+                               std::vector<double>(static_cast<std::size_t>(c.num_key_value_heads), 0.0));
+  trace_.on_decode_head = [this](const DecodeHeadTrace& s) { on_decode_head(s); };
+}
+
+void AccuracyRun::on_decode_head(const DecodeHeadTrace& s) {
+  Engine& engine = engine_;
+  if (s.layer == 0 && s.kv_head == 0) fragmentation_.push_back(engine.cache->manager().stats().internal_fragmentation);
+  engine.cache->live_tokens(s.request, s.layer, s.kv_head, live_, slots_);
+  Held h;
+  std::set<std::pair<int, std::int64_t>> pages, all_pages;
+  const std::int64_t high_pages = engine.cache->manager().table(s.request, s.layer, s.kv_head).count(kHighTier);
+  for (const SlotRef& r : slots_) {
+    const double token = tier_bytes_per_token(engine.cache->tiers()[static_cast<std::size_t>(r.tier)].tier, c_.head_dim);
+    h.bytes += token;
+    const auto walk = static_cast<std::size_t>(r.page_index + (r.tier == kHighTier ? 0 : high_pages));
+    if (s.pages_read.empty() || std::binary_search(s.pages_read.begin(), s.pages_read.end(), walk)) h.read += token;
+    ++(r.tier == 0 ? h.high : h.low);
+    if (page_scales_ && r.tier == kLowTier) pages.insert({r.tier, r.page_index});
+    all_pages.insert({r.tier, r.page_index});
+  }
+  h.bytes += static_cast<double>(pages.size() * 2 * sizeof(float));
+  h.read += static_cast<double>(pages.size() * 2 * sizeof(float));  // (read only with their pages: every page)
+  // A key-range tier's metadata (Quest's): held in every page, and all of it read to choose.
+  double metadata = 0.0;
+  for (const auto& [tier, page] : all_pages) {
+    if (engine.cache->tiers()[static_cast<std::size_t>(tier)].tier.key_range) {
+      metadata += static_cast<double>(key_range_bytes(c_.head_dim));
+    }
+  }
+  h.bytes += metadata;
+  h.read += metadata;
+  head_held_[{s.layer, s.kv_head}] = h;
+}
+
+void AccuracyRun::add_text(std::int64_t request, std::span<const std::int32_t> all, std::int64_t P,
+                           std::span<const float> reference_rows, EngineCapture* capture, const PrefillCapture* prefill) {
+  const auto V = static_cast<std::size_t>(c_.vocab_size);
+  const auto kv_heads = static_cast<std::size_t>(c_.num_key_value_heads);
+  EngineGenerateOptions eg;
+  eg.forced = all.subspan(static_cast<std::size_t>(P));
+  eg.max_new_tokens = static_cast<std::int64_t>(eg.forced.size());
+  eg.stop_at_eos = false;
+  // From a shared prefill: the last prompt row and the steps' only; the row of position P - 1 is
+  // then row 0.
+  eg.prefill = prefill;
+  eg.keep_logits = prefill == nullptr;
+  eg.keep_step_logits = prefill != nullptr;
+  const std::int64_t first_row = prefill ? 0 : P - 1;
+  head_held_.clear();
+  fragmentation_.clear();
+  engine_.runner->set_trace(&trace_);
+  const EngineGenerateResult er = [&] {
+    try {
+      return engine_generate(engine_, request, all.first(static_cast<std::size_t>(P)), eg);
+    } catch (...) {
+      engine_.runner->set_trace(nullptr);
+      throw;
+    }
+  }();
+  engine_.runner->set_trace(nullptr);
+  const std::int64_t n = static_cast<std::int64_t>(reference_rows.size() / V);
+  if (capture) {
+    const auto first = er.logits.begin() + first_row * static_cast<std::int64_t>(V);
+    capture->text_rows.emplace_back(first, first + n * static_cast<std::int64_t>(V));
+  }
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::span<const float> e(er.logits.data() + (first_row + i) * static_cast<std::int64_t>(V), V);
+    dist_.add(reference_rows.subspan(static_cast<std::size_t>(i) * V, V), e);
+    nll_ += token_nll(e, all[static_cast<std::size_t>(P + i)]);
+    ++predicted_;
+  }
+  // The last decode step added the last fed token: the context is the whole window.
+  const double context = static_cast<double>(all.size());
+  double held = 0.0, read = 0.0;
+  for (const auto& [head, h] : head_held_) {
+    held += h.bytes;
+    read += h.read;
+    high_sum_ += static_cast<double>(h.high) / heads_;
+    low_sum_ += static_cast<double>(h.low) / heads_;
+    const auto [l, k] = head;
+    row_.layer_tokens[static_cast<std::size_t>(l)] += static_cast<double>(h.high + h.low) / static_cast<double>(kv_heads);
+    row_.head_bytes_ratio[static_cast<std::size_t>(l)][static_cast<std::size_t>(k)] +=
+        h.bytes / (context * fp16_bytes_per_token_);
+  }
+  bytes_ratio_sum_ += held / (context * heads_ * fp16_bytes_per_token_);
+  read_ratio_sum_ += read / (context * heads_ * fp16_bytes_per_token_);
+  if (fragmentation_.size() > row_.fragmentation_by_step.size()) {
+    row_.fragmentation_by_step.resize(fragmentation_.size(), 0.0);
+    fragmentation_samples_.resize(fragmentation_.size(), 0);
+  }
+  for (std::size_t t = 0; t < fragmentation_.size(); ++t) {
+    row_.fragmentation_by_step[t] += fragmentation_[t];
+    ++fragmentation_samples_[t];
+  }
+  ++windows_;
+}
+
+std::vector<std::int32_t> AccuracyRun::add_retrieval(std::int64_t request, const RetrievalCase& rc,
+                                                     const PrefillCapture* prefill) {
+  // Retrieval runs after the text windows: the FP8 counts are the text windows' (finish_text).
+  finish_text();
+  EngineGenerateOptions eg;
+  eg.max_new_tokens = static_cast<std::int64_t>(rc.answer.size());
+  eg.stop_at_eos = false;
+  eg.prefill = prefill;
+  const EngineGenerateResult er = engine_generate(engine_, request, rc.prompt, eg);
+  const bool ok = exact_match(er.generated, rc.answer);
+  row_.overall.add(ok);
+  row_.by_length[rc.item.length_bucket].add(ok);
+  row_.by_task[rc.item.task].add(ok);
+  return er.generated;
+}
+
+void AccuracyRun::finish_text() {
+  if (text_finished_) return;
+  text_finished_ = true;
+  row_.stores_fp8 = stores_fp8(*engine_.policy);
+  row_.fp8_saturated = engine_.cache->fp8_saturated();  // over the text prompts
+  row_.fp8_stored = engine_.cache->fp8_stored();
+}
+
+AccuracyRow AccuracyRun::finish() {
+  finish_text();
+  row_.dist = dist_.summary();
+  row_.ppl = perplexity(nll_, predicted_);
+  const double count = static_cast<double>(windows_);
+  row_.bytes_ratio = bytes_ratio_sum_ / count;
+  row_.read_ratio = read_ratio_sum_ / count;
+  row_.high_per_head = high_sum_ / count;
+  row_.low_per_head = low_sum_ / count;
+  for (double& t : row_.layer_tokens) t /= count;
+  for (std::vector<double>& layer : row_.head_bytes_ratio) {
+    for (double& b : layer) b /= count;
+  }
+  for (std::size_t t = 0; t < row_.fragmentation_by_step.size(); ++t) {
+    row_.fragmentation_by_step[t] /= static_cast<double>(fragmentation_samples_[t]);
+  }
+  return std::move(row_);
+}
+
 AccuracyRow measure_accuracy(const ReferenceModel& model, const AccuracyInputs& inputs, const VerifyArgs& args,
                              const std::string& spec, std::int64_t oracle_prompts, bool retrieval,
                              EngineCapture* capture) {
   const auto start = std::chrono::steady_clock::now();
   const ModelConfig& c = model.config();
-  const auto V = static_cast<std::size_t>(c.vocab_size);
   const std::int64_t P = inputs.prompt_tokens;
-  const double fp16_bytes_per_token = tier_bytes_per_token({fp16_format(), fp16_format()}, c.head_dim);
   const std::string run_spec = resolve_fp8_calibration(
       model, args.model.empty() ? datasets_dir() / "models" / "kvcheck-tiny" : std::filesystem::path(args.model), args,
       spec);
   std::unique_ptr<Engine> engine = make_engine(model, single_request_engine_options(args, run_spec));
   AccuracyRow row;
-  row.name = engine->policy->name();
-  // fp8:scale=page: each FP8 page's two fp32 scales (keys, values) count with the page's tokens.
-  const bool page_scales = engine->policy->fp8_scale() == Fp8Scale::kPage;
-  // Bytes and tokens held at each head's latest decode step.
-  struct Held {
-    double bytes = 0.0;
-    double read = 0.0;  // the bytes the step's attention read (a page-selecting policy: its pages)
-    std::int64_t high = 0, low = 0;
-  };
-  std::map<std::pair<std::int32_t, std::int32_t>, Held> head_held;
-  std::vector<double> fragmentation;  // this prompt's, per decode step
-  std::vector<LiveToken> live;
-  std::vector<SlotRef> slots;
-  RunnerTrace trace;
-  trace.on_decode_head = [&](const DecodeHeadTrace& s) {
-    if (s.layer == 0 && s.kv_head == 0) fragmentation.push_back(engine->cache->manager().stats().internal_fragmentation);
-    engine->cache->live_tokens(s.request, s.layer, s.kv_head, live, slots);
-    Held h;
-    std::set<std::pair<int, std::int64_t>> pages, all_pages;
-    const std::int64_t high_pages = engine->cache->manager().table(s.request, s.layer, s.kv_head).count(kHighTier);
-    for (const SlotRef& r : slots) {
-      const double token = tier_bytes_per_token(engine->cache->tiers()[static_cast<std::size_t>(r.tier)].tier, c.head_dim);
-      h.bytes += token;
-      const auto walk = static_cast<std::size_t>(r.page_index + (r.tier == kHighTier ? 0 : high_pages));
-      if (s.pages_read.empty() || std::binary_search(s.pages_read.begin(), s.pages_read.end(), walk)) h.read += token;
-      ++(r.tier == 0 ? h.high : h.low);
-      if (page_scales && r.tier == kLowTier) pages.insert({r.tier, r.page_index});
-      all_pages.insert({r.tier, r.page_index});
+  {
+    AccuracyRun run(*engine, c);
+    for (std::size_t p = 0; p < inputs.prompts.size(); ++p) {
+      run.add_text(static_cast<std::int64_t>(p), inputs.prompts[p].tokens, P, inputs.reference.rows[p], capture);
     }
-    h.bytes += static_cast<double>(pages.size() * 2 * sizeof(float));
-    h.read += static_cast<double>(pages.size() * 2 * sizeof(float));  // (read only with their pages: every page)
-    // A key-range tier's metadata (Quest's): held in every page, and all of it read to choose.
-    double metadata = 0.0;
-    for (const auto& [tier, page] : all_pages) {
-      if (engine->cache->tiers()[static_cast<std::size_t>(tier)].tier.key_range) {
-        metadata += static_cast<double>(key_range_bytes(c.head_dim));
-      }
+    run.finish_text();
+    for (std::size_t i = 0; retrieval && i < inputs.retrieval.size(); ++i) {
+      std::vector<std::int32_t> generated = run.add_retrieval(100000 + static_cast<std::int64_t>(i), inputs.retrieval[i]);
+      if (capture) capture->generated.push_back(std::move(generated));
     }
-    h.bytes += metadata;
-    h.read += metadata;
-    head_held[{s.layer, s.kv_head}] = h;
-  };
-  engine->runner->set_trace(&trace);
-  DistributionComparison dist;
-  double nll = 0.0, bytes_ratio_sum = 0.0, read_ratio_sum = 0.0, high_sum = 0.0, low_sum = 0.0;
-  std::int64_t predicted = 0;
-  const double heads = static_cast<double>(c.num_hidden_layers * c.num_key_value_heads);
-  const auto layers = static_cast<std::size_t>(c.num_hidden_layers), kv_heads = static_cast<std::size_t>(c.num_key_value_heads);
-  row.layer_tokens.assign(layers, 0.0);
-  row.head_bytes_ratio.assign(layers, std::vector<double>(kv_heads, 0.0));
-  std::vector<std::int64_t> fragmentation_samples;
-  for (std::size_t p = 0; p < inputs.prompts.size(); ++p) {
-    const std::span<const std::int32_t> all(inputs.prompts[p].tokens);
-    EngineGenerateOptions eg;
-    eg.forced = all.subspan(static_cast<std::size_t>(P));
-    eg.max_new_tokens = static_cast<std::int64_t>(eg.forced.size());
-    eg.stop_at_eos = false;
-    eg.keep_logits = true;
-    head_held.clear();
-    fragmentation.clear();
-    const EngineGenerateResult er =
-        engine_generate(*engine, static_cast<std::int64_t>(p), all.first(static_cast<std::size_t>(P)), eg);
-    const std::vector<float>& rr = inputs.reference.rows[p];
-    const std::int64_t n = static_cast<std::int64_t>(rr.size() / V);
-    if (capture) {
-      const auto first = er.logits.begin() + (P - 1) * static_cast<std::int64_t>(V);
-      capture->text_rows.emplace_back(first, first + n * static_cast<std::int64_t>(V));
-    }
-    for (std::int64_t i = 0; i < n; ++i) {
-      const std::span<const float> e(er.logits.data() + (P - 1 + i) * static_cast<std::int64_t>(V), V);
-      dist.add(std::span<const float>(rr.data() + i * static_cast<std::int64_t>(V), V), e);
-      nll += token_nll(e, all[static_cast<std::size_t>(P + i)]);
-      ++predicted;
-    }
-    // The last decode step added the last fed token: the context is the whole window.
-    const double context = static_cast<double>(all.size());
-    double held = 0.0, read = 0.0;
-    for (const auto& [head, h] : head_held) {
-      held += h.bytes;
-      read += h.read;
-      high_sum += static_cast<double>(h.high) / heads;
-      low_sum += static_cast<double>(h.low) / heads;
-      const auto [l, k] = head;
-      row.layer_tokens[static_cast<std::size_t>(l)] += static_cast<double>(h.high + h.low) / static_cast<double>(kv_heads);
-      row.head_bytes_ratio[static_cast<std::size_t>(l)][static_cast<std::size_t>(k)] += h.bytes / (context * fp16_bytes_per_token);
-    }
-    bytes_ratio_sum += held / (context * heads * fp16_bytes_per_token);
-    read_ratio_sum += read / (context * heads * fp16_bytes_per_token);
-    if (fragmentation.size() > row.fragmentation_by_step.size()) {
-      row.fragmentation_by_step.resize(fragmentation.size(), 0.0);
-      fragmentation_samples.resize(fragmentation.size(), 0);
-    }
-    for (std::size_t t = 0; t < fragmentation.size(); ++t) {
-      row.fragmentation_by_step[t] += fragmentation[t];
-      ++fragmentation_samples[t];
-    }
+    row = run.finish();
   }
-  engine->runner->set_trace(nullptr);
-  row.stores_fp8 = stores_fp8(*engine->policy);
-  row.fp8_saturated = engine->cache->fp8_saturated();  // over the text prompts
-  row.fp8_stored = engine->cache->fp8_stored();
-  for (std::size_t i = 0; retrieval && i < inputs.retrieval.size(); ++i) {
-    const RetrievalCase& rc = inputs.retrieval[i];
-    EngineGenerateOptions eg;
-    eg.max_new_tokens = static_cast<std::int64_t>(rc.answer.size());
-    eg.stop_at_eos = false;
-    const EngineGenerateResult er = engine_generate(*engine, 100000 + static_cast<std::int64_t>(i), rc.prompt, eg);
-    const bool ok = exact_match(er.generated, rc.answer);
-    if (capture) capture->generated.push_back(er.generated);
-    row.overall.add(ok);
-    row.by_length[rc.item.length_bucket].add(ok);
-    row.by_task[rc.item.task].add(ok);
-  }
-  row.dist = dist.summary();
-  row.ppl = perplexity(nll, predicted);
-  const double count = static_cast<double>(inputs.prompts.size());
-  row.bytes_ratio = bytes_ratio_sum / count;
-  row.read_ratio = read_ratio_sum / count;
-  row.high_per_head = high_sum / count;
-  row.low_per_head = low_sum / count;
-  for (double& t : row.layer_tokens) t /= count;
-  for (std::vector<double>& layer : row.head_bytes_ratio) {
-    for (double& b : layer) b /= count;
-  }
-  for (std::size_t t = 0; t < row.fragmentation_by_step.size(); ++t) {
-    row.fragmentation_by_step[t] /= static_cast<double>(fragmentation_samples[t]);
-  }
-
   if (oracle_prompts > 0) {
-    std::unique_ptr<Engine> checked = make_engine(model, single_request_engine_options(args, run_spec));
-    EngineStepOracle oracle(*checked);
-    const auto n = std::min<std::size_t>(static_cast<std::size_t>(oracle_prompts), inputs.prompts.size());
-    for (std::size_t p = 0; p < n; ++p) {
-      oracle.begin(inputs.prompts[p].source);
-      const std::span<const std::int32_t> all(inputs.prompts[p].tokens);
-      EngineGenerateOptions eg;
-      eg.forced = all.subspan(static_cast<std::size_t>(P));
-      eg.max_new_tokens = static_cast<std::int64_t>(eg.forced.size());
-      eg.stop_at_eos = false;
-      engine_generate(*checked, static_cast<std::int64_t>(p), all.first(static_cast<std::size_t>(P)), eg);
-    }
-    row.oracle_checks = oracle.checks();
-    row.oracle_violations = oracle.violations();
+    const OracleCounts counts = run_step_oracle(model, args, run_spec, inputs.prompts, P, oracle_prompts);
+    row.oracle_checks = counts.checks;
+    row.oracle_violations = counts.violations;
   }
   row.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return row;
+}
+
+OracleCounts run_step_oracle(const ReferenceModel& model, const VerifyArgs& args, const std::string& run_spec,
+                             const std::vector<Prompt>& prompts, std::int64_t P, std::int64_t oracle_prompts,
+                             std::span<const PrefillCapture* const> prefills, std::int64_t max_steps) {
+  std::unique_ptr<Engine> checked = make_engine(model, single_request_engine_options(args, run_spec));
+  EngineStepOracle oracle(*checked);
+  const auto n = std::min<std::size_t>(static_cast<std::size_t>(oracle_prompts), prompts.size());
+  for (std::size_t p = 0; p < n; ++p) {
+    oracle.begin(prompts[p].source);
+    const std::span<const std::int32_t> all(prompts[p].tokens);
+    EngineGenerateOptions eg;
+    eg.forced = all.subspan(static_cast<std::size_t>(P));
+    if (max_steps > 0 && static_cast<std::int64_t>(eg.forced.size()) > max_steps) {
+      eg.forced = eg.forced.first(static_cast<std::size_t>(max_steps));
+    }
+    eg.max_new_tokens = static_cast<std::int64_t>(eg.forced.size());
+    eg.stop_at_eos = false;
+    eg.prefill = p < prefills.size() ? prefills[p] : nullptr;
+    engine_generate(*checked, static_cast<std::int64_t>(p), all.first(static_cast<std::size_t>(P)), eg);
+  }
+  return {oracle.checks(), oracle.violations()};
 }
 
 nlohmann::json accuracy_row_json(const AccuracyRow& row, const std::string& spec, std::int64_t budget) {

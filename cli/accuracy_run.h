@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@
 
 #include "cli/commands.h"
 #include "cli/verify_prompts.h"
+#include "optimized/engine.h"
 #include "oracles/accuracy_metrics.h"
 #include "oracles/attention_structure.h"
 #include "oracles/eval_data.h"
@@ -102,12 +104,78 @@ struct EngineCapture {
   std::vector<std::vector<std::int32_t>> generated;
 };
 
+// One policy's accuracy measurement on one engine, window by window and item by item: what
+// measure_accuracy runs, open to a caller that feeds its own windows (kvcheck report --long).
+// Text windows first, then retrieval items (the FP8 counts are the text windows').
+class AccuracyRun {
+ public:
+  AccuracyRun(Engine& engine, const ModelConfig& c);
+  AccuracyRun(const AccuracyRun&) = delete;
+  AccuracyRun& operator=(const AccuracyRun&) = delete;
+
+  // A held-out window `all`: its first P tokens prefilled, the rest fed one decode step at a time;
+  // the engine's logits from row P - 1 compared with `reference_rows` ([rows][vocab]; rows at
+  // most all.size() - P), and the bytes held at the last step. The engine's rows go to `capture`
+  // when given. With `prefill` (ModelRunner::capture_prefill of the first P tokens), the prompt is
+  // stored from it instead of computed: the same bits.
+  void add_text(std::int64_t request, std::span<const std::int32_t> all, std::int64_t P,
+                std::span<const float> reference_rows, EngineCapture* capture = nullptr,
+                const PrefillCapture* prefill = nullptr);
+  // The FP8 counts of the text windows so far; add_retrieval and finish call it.
+  void finish_text();
+  // A retrieval item, greedy: exact match counted; the tokens generated returned.
+  std::vector<std::int32_t> add_retrieval(std::int64_t request, const RetrievalCase& rc,
+                                          const PrefillCapture* prefill = nullptr);
+  // The row (oracle counts and wall time left 0). Call once.
+  AccuracyRow finish();
+
+  // The text windows' positions so far, and the engine's negative log-likelihood of their tokens.
+  const DistributionComparison& distribution() const { return dist_; }
+  double nll() const { return nll_; }
+  std::int64_t predicted() const { return predicted_; }
+
+ private:
+  struct Held {
+    double bytes = 0.0;
+    double read = 0.0;  // the bytes the step's attention read (a page-selecting policy: its pages)
+    std::int64_t high = 0, low = 0;
+  };
+  void on_decode_head(const DecodeHeadTrace& s);
+
+  Engine& engine_;
+  const ModelConfig& c_;
+  RunnerTrace trace_;
+  double fp16_bytes_per_token_ = 0.0, heads_ = 0.0;
+  bool page_scales_ = false, text_finished_ = false;
+  // Bytes and tokens held at each head's latest decode step of the current window.
+  std::map<std::pair<std::int32_t, std::int32_t>, Held> head_held_;
+  std::vector<double> fragmentation_;  // the current window's, per decode step
+  std::vector<LiveToken> live_;
+  std::vector<SlotRef> slots_;
+  DistributionComparison dist_;
+  double nll_ = 0.0, bytes_ratio_sum_ = 0.0, read_ratio_sum_ = 0.0, high_sum_ = 0.0, low_sum_ = 0.0;
+  std::int64_t predicted_ = 0, windows_ = 0;
+  std::vector<std::int64_t> fragmentation_samples_;
+  AccuracyRow row_;
+};
+
 // Runs `spec` over the inputs (the per-step oracle over the first `oracle_prompts` prompts, in a
 // separate pass so that it does not disturb the measured run; the retrieval items unless
 // `retrieval` is false; the engine's outputs into `capture` when given).
 AccuracyRow measure_accuracy(const ReferenceModel& model, const AccuracyInputs& inputs, const VerifyArgs& args,
                              const std::string& spec, std::int64_t oracle_prompts = 0, bool retrieval = true,
                              EngineCapture* capture = nullptr);
+
+struct OracleCounts {
+  std::int64_t checks = 0, violations = 0;
+};
+// The per-step oracle (oracles/engine_step_oracle.h) over the first `oracle_prompts` of
+// `prompts` (prefill of P tokens, the rest fed), on an engine of its own running `run_spec`;
+// prompt p's prefill taken from prefills[p] when given (not null); at most `max_steps` decode steps
+// of each (0: every step).
+OracleCounts run_step_oracle(const ReferenceModel& model, const VerifyArgs& args, const std::string& run_spec,
+                             const std::vector<Prompt>& prompts, std::int64_t P, std::int64_t oracle_prompts,
+                             std::span<const PrefillCapture* const> prefills = {}, std::int64_t max_steps = 0);
 
 // The row's fields as verify --sweep and kvcheck report write them.
 nlohmann::json accuracy_row_json(const AccuracyRow& row, const std::string& spec, std::int64_t budget);

@@ -86,6 +86,9 @@ struct ReportArgs {
   std::string baseline;                       // compare with it (exit 1 on a regression)
   bool update_baseline = false;               // write --baseline from this run instead
   bool quick = false;                         // the test gate's size
+  bool long_context = false;                  // --long: cli/report_long.h
+  std::vector<std::int64_t> lengths, depths;  // --long: window lengths, retrieval depths (empty: the mode's)
+  std::vector<std::string> fractions;         // --long: budgets as fractions of the context (empty: the mode's)
   std::int64_t prompts = 0, prompt_tokens = 0, max_new_tokens = 0, retrieval_items = -1, oracle_prompts = -1;  // 0 / -1: mode default
   std::string cache;                          // reference cache directory (default OUT/reference-cache)
   std::string heldout_file;                   // --heldout: held-out text, JSONL (empty: <datasets>/eval/heldout.jsonl)

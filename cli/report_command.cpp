@@ -18,6 +18,7 @@
 #include "cli/eval_output.h"
 #include "cli/progress.h"
 #include "cli/report_pipeline.h"
+#include "cli/report_long.h"
 #include "cli/report_reference_cache.h"
 #include "optimized/kv_policy.h"
 #include "optimized/step_decision.h"
@@ -39,11 +40,23 @@ void add_report(CLI::App& app, ReportArgs& args) {
   cmd->add_option("--baseline", args.baseline, "Compare with this baseline; exit 1 on a regression");
   cmd->add_flag("--update-baseline", args.update_baseline, "Write --baseline from this run instead of comparing");
   cmd->add_flag("--quick", args.quick, "The test gate's size: 2 prompts x (64 + 32) tokens, 12 retrieval items, budgets 32,64");
-  cmd->add_option("--prompts", args.prompts, "Held-out windows (default 8; --quick 2)");
+  cmd->add_flag("--long", args.long_context,
+                "Long context: windows of 1K-8K tokens (KL, top-1 and perplexity by position), retrieval by length "
+                "and depth in the chat template, budgets as fractions of the context (--quick: 1K and 2K, 16 tokens decoded, "
+                "3 depths, 1/8, twelve policies)");
+  cmd->add_option("--lengths", args.lengths, "--long: window and item lengths in tokens (default 1024,2048,4096,8192; --quick 1024,2048)")
+      ->delimiter(',');
+  cmd->add_option("--depths", args.depths, "--long: retrieval depths in percent (default 0,10,...,100; --quick 0,50,100)")
+      ->delimiter(',');
+  cmd->add_option("--fractions", args.fractions,
+                  "--long: budgets of the evicting and selecting policies as fractions of the context (default 1/8,1/4,1/2; --quick 1/8)")
+      ->delimiter(',');
+  cmd->add_option("--prompts", args.prompts, "Held-out windows (default 8; --quick 2; --long: per length, default 2, --quick 1)");
   cmd->add_option("--prompt-tokens", args.prompt_tokens, "Prompt tokens per window (default 128; --quick 64)");
-  cmd->add_option("--max-new-tokens", args.max_new_tokens, "Continuation tokens per window (default 64; --quick 32)");
-  cmd->add_option("--retrieval-items", args.retrieval_items, "Retrieval items (default 48; --quick 12)");
-  cmd->add_option("--oracle-prompts", args.oracle_prompts, "Windows checked by the per-step oracle (default 1)");
+  cmd->add_option("--max-new-tokens", args.max_new_tokens,
+                  "Continuation tokens per window (default 64; --quick 32; --long: the last tokens of each window, default 64, --quick 16)");
+  cmd->add_option("--retrieval-items", args.retrieval_items, "Retrieval items (default 48; --quick 12; --long: per length and depth, default 1)");
+  cmd->add_option("--oracle-prompts", args.oracle_prompts, "Windows checked by the per-step oracle (default 1; --long: per length, their first 8 decode steps)");
   cmd->add_option("--cache", args.cache, "Reference cache directory (default OUT/reference-cache)");
   cmd->add_option("--heldout", args.heldout_file,
                   "Held-out text the prompts are cut from, JSONL (default: <datasets>/eval/heldout.jsonl)");
@@ -59,6 +72,11 @@ int run_report(const ReportArgs& args) {
   if (!args.render.empty()) {
     if (!args.baseline.empty()) throw input_error("kvcheck report", "--render", "renders a report.json; it takes no --baseline");
     return render_report(args.render, args.out);
+  }
+  if (args.long_context) return run_long_report(args);
+  for (const auto& [flag, set] : {std::pair{"--lengths", !args.lengths.empty()}, std::pair{"--depths", !args.depths.empty()},
+                                  std::pair{"--fractions", !args.fractions.empty()}}) {
+    if (set) throw input_error("kvcheck report", flag, "belongs to --long");
   }
   if (args.update_baseline && args.baseline.empty()) {
     throw input_error("kvcheck report", "--update-baseline", "needs --baseline FILE to write");

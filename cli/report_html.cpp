@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace kvcheck::cli {
 namespace {
@@ -163,6 +164,15 @@ std::string perplexity_text(const nlohmann::json& report) {
 // "8 held-out prompts x (128 + 64) tokens; 48 retrieval items" with `times` for the x.
 std::string inputs_phrase(const nlohmann::json& report, const char* times, const char* sep) {
   const nlohmann::json& st = report.at("settings");
+  if (report.value("mode", "") == "long") {
+    std::vector<std::string> lengths;
+    for (const nlohmann::json& l : st.at("lengths")) lengths.push_back(fmt::format("{}", l.get<std::int64_t>()));
+    return fmt::format("{} held-out windows of each length {} {} tokens, the last {} decoded{}{} retrieval items in {} "
+                       "lengths {} {} depths",
+                       st.at("windows_per_length").get<std::int64_t>(), times, fmt::join(lengths, "/"),
+                       st.at("continuation_tokens").get<std::int64_t>(), sep, st.at("retrieval_items").get<std::int64_t>(),
+                       st.at("lengths").size(), times, st.at("depths").size());
+  }
   const bool random = random_prompts(report);
   return fmt::format("{} {} {} ({} + {}) tokens{}{}", st.at("prompts").get<std::int64_t>(),
                      random ? "prompts of seeded random token ids" : "held-out prompts", times,

@@ -76,7 +76,8 @@ std::string model_hash(const std::filesystem::path& dir) {
 }
 
 std::optional<TextReference> load_cached_reference(const std::filesystem::path& cache_dir, const std::string& key,
-                                                   const AccuracyInputs& inputs, const ModelConfig& config) {
+                                                   const AccuracyInputs& inputs, const ModelConfig& config,
+                                                   bool attention) {
   const std::int64_t vocab = config.vocab_size;
   std::ifstream in(cache_file(cache_dir, key), std::ios::binary);
   if (!in) return std::nullopt;
@@ -100,7 +101,7 @@ std::optional<TextReference> load_cached_reference(const std::filesystem::path& 
   if (!read_pod(in, ref.nll) || !read_pod(in, ref.predicted)) return std::nullopt;
   std::uint64_t heads = 0;
   if (!read_pod(in, heads) ||
-      heads != static_cast<std::uint64_t>(config.num_hidden_layers * config.num_key_value_heads)) {
+      heads != (attention ? static_cast<std::uint64_t>(config.num_hidden_layers * config.num_key_value_heads) : 0)) {
     return std::nullopt;
   }
   for (std::uint64_t i = 0; i < heads; ++i) {

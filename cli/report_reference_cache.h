@@ -22,10 +22,12 @@ std::string file_hash(const std::filesystem::path& file);
 std::string file_hash_of_string(const std::string& text);
 
 // The cached reference under `cache_dir` for `key`, if present and well-formed for `inputs` and
-// the model (same prompt count and rows, one attention entry per layer and kv head, in order); a
-// damaged file or one of an older format is ignored (and overwritten by store).
+// the model (same prompt count and rows, one attention entry per layer and kv head, in order, or
+// none when `attention` is false); a damaged file or one of an older format is ignored (and
+// overwritten by store).
 std::optional<TextReference> load_cached_reference(const std::filesystem::path& cache_dir, const std::string& key,
-                                                   const AccuracyInputs& inputs, const ModelConfig& config);
+                                                   const AccuracyInputs& inputs, const ModelConfig& config,
+                                                   bool attention = true);
 // Written to a temporary file and renamed into place; false (nothing left behind) when the cache
 // cannot be written: the cache only saves time, so the caller warns and goes on.
 bool store_cached_reference(const std::filesystem::path& cache_dir, const std::string& key, const TextReference& ref);

@@ -184,6 +184,12 @@ void DistributionComparison::add(const PositionComparison& position) {
   delta_p_sq_sum_ += position.delta_p * position.delta_p;
 }
 
+void DistributionComparison::merge(const DistributionComparison& other) {
+  kl_.insert(kl_.end(), other.kl_.begin(), other.kl_.end());
+  same_top_ += other.same_top_;
+  delta_p_sq_sum_ += other.delta_p_sq_sum_;
+}
+
 DistributionSummary DistributionComparison::summary() const {
   if (kl_.empty()) throw std::invalid_argument("DistributionComparison: no positions");
   DistributionSummary s;

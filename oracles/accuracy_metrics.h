@@ -104,6 +104,8 @@ class DistributionComparison {
   void add(std::span<const float> ref_logits, std::span<const float> other_logits);
   void add(std::span<const double> ref_logits, std::span<const double> other_logits);
   void add(const PositionComparison& position);
+  // Every position of `other` added to this one's (a run measured in parts, summarized whole).
+  void merge(const DistributionComparison& other);
   std::int64_t positions() const { return static_cast<std::int64_t>(kl_.size()); }
   // std::invalid_argument when no position was added.
   DistributionSummary summary() const;
