@@ -9,7 +9,11 @@
 #      violation; JSON in $build_dir/reports/oracle-*.json), and
 #   5. the accuracy report of every policy at three budgets (kvcheck report: report.json, report.md
 #      and report.html in $build_dir/reports/report/), printing its summary table and the path of
-#      report.html.
+#      report.html;
+#   6. when ci/install-deps.sh fetched SmolLM2-135M-Instruct, its short long-context report
+#      (kvcheck report --long --quick: windows of 1K and 2K tokens, retrieval by depth in the chat
+#      template, every policy; in $build_dir/reports/report-long-smollm2/), printing where its
+#      report.html is.
 # KVCHECK_EVAL_LIMIT (default 48) bounds the evaluation; set it to 0 for the full sets.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,3 +44,9 @@ for policy in $("$kvcheck" verify --list-policies); do
     --json "$build_dir/reports/oracle-$policy.json" | tail -n 1
 done
 "$kvcheck" report --budgets 32,64,128 --out "$build_dir/reports/report" --quiet
+smollm2=datasets/models/fetched/SmolLM2-135M-Instruct.Q4_1.gguf
+if [[ -f $smollm2 ]]; then
+  "$kvcheck" report --model "$smollm2" --long --quick --out "$build_dir/reports/report-long-smollm2" --quiet
+else
+  echo "ci/main.sh: $smollm2 is not fetched (ci/install-deps.sh downloads it); the long-context report is skipped"
+fi
