@@ -164,7 +164,7 @@ std::string perplexity_text(const nlohmann::json& report) {
 // "8 held-out prompts x (128 + 64) tokens; 48 retrieval items" with `times` for the x.
 std::string inputs_phrase(const nlohmann::json& report, const char* times, const char* sep) {
   const nlohmann::json& st = report.at("settings");
-  if (report.value("mode", "") == "long") {
+  if (report.value("mode", "") == "long" && st.contains("lengths")) {
     std::vector<std::string> lengths;
     for (const nlohmann::json& l : st.at("lengths")) lengths.push_back(fmt::format("{}", l.get<std::int64_t>()));
     return fmt::format("{} held-out windows of each length {} {} tokens, the last {} decoded{}{} retrieval items in {} "
