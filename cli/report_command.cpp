@@ -78,17 +78,13 @@ int run_report(const ReportArgs& args) {
                                   std::pair{"--fractions", !args.fractions.empty()}}) {
     if (set) throw input_error("kvcheck report", flag, "belongs to --long");
   }
-  if (args.update_baseline && args.baseline.empty()) {
-    throw input_error("kvcheck report", "--update-baseline", "needs --baseline FILE to write");
-  }
+  const std::optional<ReportBaseline> baseline = report_baseline(args);
   const ReportMode mode = report_mode(args);
   check_retrieval_flag(args.retrieval_file);
   check_eval_files(args.heldout_file, args.retrieval_file);  // a malformed line is reported before any model work
   const std::filesystem::path dir = report_model_dir(args.model);
   // Every configuration checked before anything runs (InputError naming a bad policy).
   const std::vector<PolicyConfig> configs = report_configs(args.policies.empty() ? policy_names() : args.policies, mode.budgets);
-  const std::optional<ReportBaseline> baseline =
-      args.baseline.empty() || args.update_baseline ? std::nullopt : std::optional(load_report_baseline(args.baseline));
 
   const ReferenceModel model = ReferenceModel::load(dir);
   const VerifyArgs run = report_run_args(args, mode, dir);
@@ -112,12 +108,7 @@ int run_report(const ReportArgs& args) {
                                    {"model_hash", model_hash(dir)},
                                    {"heldout_hash", file_hash(heldout)},
                                    {"retrieval_hash", file_hash(retrieval)}};
-  if (baseline && baseline->settings != settings) {
-    throw input_error(args.baseline, "settings",
-                      "the baseline was made with other settings or data ({}): compare like with like, or rewrite it "
-                      "with --update-baseline",
-                      fmt::join(settings_differences(baseline->settings, settings), "; "));
-  }
+  check_baseline_settings(baseline, args.baseline, settings);
 
   // The reference: cached by model, data and settings.
   const auto t0 = std::chrono::steady_clock::now();

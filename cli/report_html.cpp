@@ -795,6 +795,29 @@ std::string retrieval_grids(const nlohmann::json& report) {
   return s + "</table></div>";
 }
 
+// The sweep report's retrieval exact match per prompt length, a row per policy.
+std::string retrieval_by_length_html(const nlohmann::json& rows) {
+  std::vector<std::string> lengths;
+  for (const nlohmann::json& r : rows) {
+    for (const auto& [len, unused] : r.at("retrieval_accuracy_by_length").items()) {
+      if (std::find(lengths.begin(), lengths.end(), len) == lengths.end()) lengths.push_back(len);
+    }
+  }
+  std::sort(lengths.begin(), lengths.end(), [](const std::string& a, const std::string& b) { return std::stoll(a) < std::stoll(b); });
+  std::string s = "<h2>Retrieval accuracy by context length</h2><table><tr><th>policy</th><th>bytes</th>";
+  for (const std::string& l : lengths) s += fmt::format("<th>{} tokens</th>", l);
+  s += "</tr>";
+  for (const nlohmann::json& r : rows) {
+    s += fmt::format("<tr><td>{}</td><td>{}</td>", escape(r.at("policy").get<std::string>()), bytes_text(r));
+    for (const std::string& l : lengths) {
+      const nlohmann::json& by = r.at("retrieval_accuracy_by_length");
+      s += heat_cell(by.contains(l) ? by.at(l).get<double>() : std::nan(""), 1.0);
+    }
+    s += "</tr>";
+  }
+  return s + "</table>";
+}
+
 // The HTML sections of a long report.
 std::string long_sections_html(const nlohmann::json& report, FamilyMarks& marks) {
   std::string s = "<h2>KL by context position</h2><p class=\"note\">Mean KL(P<sub>ref</sub> ‖ P<sub>engine</sub>) of the "
@@ -938,27 +961,12 @@ table.wide{font-size:11px}table.wide td{white-space:nowrap}table.wide td:first-c
   s += "<h2>KV bytes read per decode step against KL divergence</h2><p class=\"note\">The bytes the last decode step's attention read, relative to full-fp16 reading the whole context: the bytes held for every policy but Quest, which reads the pages it chooses and every page's key range. The front: nothing reads fewer bytes at lower KL.</p>";
   s += scatter(rows, "kl_mean", "KL mean (log10)", true, true, marks, "kv_bytes_read_vs_fp16",
                "KV bytes read per decode step relative to full-fp16");
-  if (long_report(report)) s += long_sections_html(report, marks);
-  // Retrieval by length.
-  std::vector<std::string> lengths;
-  for (const nlohmann::json& r : rows) {
-    for (const auto& [len, unused] : r.at("retrieval_accuracy_by_length").items()) {
-      if (std::find(lengths.begin(), lengths.end(), len) == lengths.end()) lengths.push_back(len);
-    }
+  if (long_report(report)) {
+    s += long_sections_html(report, marks);  // its retrieval grid ends with the table by length
+  } else {
+    s += retrieval_by_length_html(rows);
   }
-  std::sort(lengths.begin(), lengths.end(), [](const std::string& a, const std::string& b) { return std::stoll(a) < std::stoll(b); });
-  s += "<h2>Retrieval accuracy by context length</h2><table><tr><th>policy</th><th>bytes</th>";
-  for (const std::string& l : lengths) s += fmt::format("<th>{} tokens</th>", l);
-  s += "</tr>";
-  for (const nlohmann::json& r : rows) {
-    s += fmt::format("<tr><td>{}</td><td>{}</td>", escape(r.at("policy").get<std::string>()), bytes_text(r));
-    for (const std::string& l : lengths) {
-      const nlohmann::json& by = r.at("retrieval_accuracy_by_length");
-      s += heat_cell(by.contains(l) ? by.at(l).get<double>() : std::nan(""), 1.0);
-    }
-    s += "</tr>";
-  }
-  s += "</table><h2>Per-layer budgets (XKV, PyramidKV)</h2><p class=\"note\">Tokens each layer's kv heads hold at the last decode step, mean over the text prompts.</p>";
+  s += "<h2>Per-layer budgets (XKV, PyramidKV)</h2><p class=\"note\">Tokens each layer's kv heads hold at the last decode step, mean over the text prompts.</p>";
   s += layer_budgets(rows);
   s += "<h2>Reference attention structure</h2><p class=\"note\">The reference's attention from the continuation's queries, "
        "mean over the query heads of each kv head and over the positions and prompts (darker green: larger). A head whose "

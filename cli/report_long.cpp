@@ -242,14 +242,7 @@ nlohmann::json long_row_json(const LongConfig& cfg, const ConfigAccum& acc, cons
                       {"oracle_checks", acc.checks},
                       {"oracle_violations", acc.violations},
                       {"wall_s", acc.wall_s}};
-  if (stores_fp8_any) {
-    r.update({{"fp8_saturated", fp8_saturated}, {"fp8_stored", fp8_stored}});
-    if (fp8_saturated > 0) {
-      fmt::print(stderr, "kvcheck report: warning: {}: {} of {} FP8 key/value elements saturated (beyond 448 x "
-                 "their head's scale, clamped); fp8:scale=page or fp8:scale=calibrated avoid it\n",
-                 cfg.name, fp8_saturated, fp8_stored);
-    }
-  }
+  add_fp8_saturation(r, cfg.name, stores_fp8_any, fp8_saturated, fp8_stored);
   return r;
 }
 
@@ -351,9 +344,7 @@ std::vector<LongConfig> long_configs(const std::vector<std::string>& policies, c
 
 int run_long_report(const ReportArgs& args) {
   const auto started = std::chrono::steady_clock::now();
-  if (args.update_baseline && args.baseline.empty()) {
-    throw input_error("kvcheck report", "--update-baseline", "needs --baseline FILE to write");
-  }
+  const std::optional<ReportBaseline> baseline = report_baseline(args);
   if (!args.budgets.empty()) {
     throw input_error("kvcheck report --long", "--budgets", "budgets of --long are fractions of the context: use --fractions");
   }
@@ -368,8 +359,6 @@ int run_long_report(const ReportArgs& args) {
   const std::filesystem::path dir = report_model_dir(args.model);
   const std::vector<LongConfig> configs =
       long_configs(args.policies.empty() ? long_default_policies(args.quick) : args.policies, mode.fractions);
-  const std::optional<ReportBaseline> baseline =
-      args.baseline.empty() || args.update_baseline ? std::nullopt : std::optional(load_report_baseline(args.baseline));
 
   const ReferenceModel model = ReferenceModel::load(dir);
   const ModelConfig& c = model.config();
@@ -386,10 +375,13 @@ int run_long_report(const ReportArgs& args) {
   }
   const std::optional<std::string> chat_template = find_chat_template(dir);
 
+  // The retrieval items of every (length, depth) cell: cells[li][di].
+  std::vector<std::vector<std::vector<const RetrievalItem*>>> cells(mode.lengths.size());
   std::int64_t item_count = 0;
   for (std::size_t li = 0; li < mode.lengths.size(); ++li) {
     for (std::size_t di = 0; di < mode.depths.size(); ++di) {
-      item_count += static_cast<std::int64_t>(cell_items(all_items, mode.lengths[li], mode.depths[di], li + di, mode.cell_items).size());
+      cells[li].push_back(cell_items(all_items, mode.lengths[li], mode.depths[di], li + di, mode.cell_items));
+      item_count += static_cast<std::int64_t>(cells[li].back().size());
     }
   }
   const std::string model_key = model_hash(dir);
@@ -411,12 +403,7 @@ int run_long_report(const ReportArgs& args) {
                                    {"model_hash", model_key},
                                    {"heldout_hash", file_hash(heldout)},
                                    {"retrieval_hash", mode.depths.empty() ? std::string() : file_hash(retrieval_file)}};
-  if (baseline && baseline->settings != settings) {
-    throw input_error(args.baseline, "settings",
-                      "the baseline was made with other settings or data ({}): compare like with like, or rewrite it "
-                      "with --update-baseline",
-                      fmt::join(settings_differences(baseline->settings, settings), "; "));
-  }
+  check_baseline_settings(baseline, args.baseline, settings);
 
   // The inputs of every length, the reference's rows and the full-precision answers.
   std::vector<std::vector<std::int32_t>> docs;
@@ -454,7 +441,7 @@ int run_long_report(const ReportArgs& args) {
         bar.update(++total_windows, windows_total);
       }
       for (std::size_t di = 0; di < mode.depths.size(); ++di) {
-        for (const RetrievalItem* it : cell_items(all_items, in.length, mode.depths[di], li + di, mode.cell_items)) {
+        for (const RetrievalItem* it : cells[li][di]) {
           RetrievalCase rc = long_case(*tokenizer, chat_template, dir, *it, fmt::format("{}:{}", retrieval_file.string(), it->line));
           if (static_cast<std::int64_t>(rc.prompt.size() + rc.answer.size()) > c.max_position_embeddings) {
             throw input_error(fmt::format("{}:{}", retrieval_file.string(), it->line), "prompt",

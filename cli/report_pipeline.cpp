@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "cli/json_file.h"
 #include "cli/report_html.h"
@@ -122,15 +123,37 @@ nlohmann::json report_row_json(const AccuracyRow& row, const std::string& spec, 
             {"oracle_checks", row.oracle_checks},
             {"oracle_violations", row.oracle_violations},
             {"wall_s", row.wall_s}});
-  if (row.stores_fp8) {
-    j.update({{"fp8_saturated", row.fp8_saturated}, {"fp8_stored", row.fp8_stored}});
-    if (row.fp8_saturated > 0) {
-      fmt::print(stderr, "kvcheck report: warning: {}: {} of {} FP8 key/value elements saturated (beyond 448 x "
-                 "their head's scale, clamped); fp8:scale=page or fp8:scale=calibrated avoid it\n",
-                 row.name, row.fp8_saturated, row.fp8_stored);
-    }
-  }
+  add_fp8_saturation(j, row.name, row.stores_fp8, row.fp8_saturated, row.fp8_stored);
   return j;
+}
+
+void add_fp8_saturation(nlohmann::json& row_json, const std::string& name, bool stores_fp8, std::int64_t saturated,
+                        std::int64_t stored) {
+  if (!stores_fp8) return;
+  row_json.update({{"fp8_saturated", saturated}, {"fp8_stored", stored}});
+  if (saturated > 0) {
+    fmt::print(stderr, "kvcheck report: warning: {}: {} of {} FP8 key/value elements saturated (beyond 448 x "
+               "their head's scale, clamped); fp8:scale=page or fp8:scale=calibrated avoid it\n",
+               name, saturated, stored);
+  }
+}
+
+std::optional<ReportBaseline> report_baseline(const ReportArgs& args) {
+  if (args.update_baseline && args.baseline.empty()) {
+    throw input_error("kvcheck report", "--update-baseline", "needs --baseline FILE to write");
+  }
+  if (args.baseline.empty() || args.update_baseline) return std::nullopt;
+  return load_report_baseline(args.baseline);
+}
+
+void check_baseline_settings(const std::optional<ReportBaseline>& baseline, const std::string& file,
+                             const nlohmann::json& settings) {
+  if (baseline && baseline->settings != settings) {
+    throw input_error(file, "settings",
+                      "the baseline was made with other settings or data ({}): compare like with like, or rewrite it "
+                      "with --update-baseline",
+                      fmt::join(settings_differences(baseline->settings, settings), "; "));
+  }
 }
 
 BaselineRow baseline_row(const nlohmann::json& r) {

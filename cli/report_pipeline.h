@@ -52,6 +52,18 @@ void check_retrieval_flag(const std::string& retrieval_file);
 // of a policy storing FP8, warned about on stderr when any saturated).
 nlohmann::json report_row_json(const AccuracyRow& row, const std::string& spec, std::int64_t budget, double reference_ppl);
 
+// The FP8 saturation counts of a row storing FP8 (stores_fp8) added to its report.json object, and
+// a warning on stderr naming the row when any element saturated. Both report modes use it.
+void add_fp8_saturation(nlohmann::json& row_json, const std::string& name, bool stores_fp8, std::int64_t saturated,
+                        std::int64_t stored);
+
+// The report's baseline: --update-baseline without --baseline refused, then the baseline read
+// unless it is being rewritten (InputError naming the file).
+std::optional<ReportBaseline> report_baseline(const ReportArgs& args);
+// InputError naming the baseline when it was made with other settings or data than `settings`.
+void check_baseline_settings(const std::optional<ReportBaseline>& baseline, const std::string& file,
+                             const nlohmann::json& settings);
+
 // The gate's view of a report.json row.
 BaselineRow baseline_row(const nlohmann::json& row);
 
