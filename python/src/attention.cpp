@@ -62,7 +62,7 @@ void bind_attention(nb::module_& m) {
         RetainedAttentionRef r = retained_attention_ref(h.q.data, h.keys.data, h.values.data, h.group, h.d,
                                                         default_scale(h.d, scale));
         return numpy_f64(std::move(r.out), h.q.shape);
-      }, nb::arg("q"), nb::arg("keys"), nb::arg("values"), nb::arg("scale") = nb::none(),
+      }, nb::arg("q").none(), nb::arg("keys").none(), nb::arg("values").none(), nb::arg("scale") = nb::none(),
       "Exact attention in double: softmax(scale q·k) · v for each query head of q [group, head_dim] or "
       "[head_dim] over keys, values [n, head_dim] (float32). scale defaults to 1/sqrt(head_dim).");
 
@@ -172,7 +172,7 @@ void bind_attention(nb::module_& m) {
           r.ok = r.held_ok && r.full_ok;
           return r;
         },
-        nb::arg("q"), nb::arg("keys"), nb::arg("values"), nb::arg("held"), nb::arg("output"),
+        nb::arg("q").none(), nb::arg("keys").none(), nb::arg("values").none(), nb::arg("held").none(), nb::arg("output").none(),
         nb::arg("key_format") = nb::none(), nb::arg("value_format") = nb::none(), nb::arg("held_keys") = nb::none(),
         nb::arg("held_values") = nb::none(), nb::arg("scale") = nb::none(),
         "The per-step oracle (docs/design.md §7) for one kv head's decode step.");

@@ -99,11 +99,11 @@ void bind_metrics(nb::module_& m) {
         std::vector<double> kl(static_cast<std::size_t>(p.positions));
         for (std::int64_t i = 0; i < p.positions; ++i) kl[static_cast<std::size_t>(i)] = kl_divergence(p.ref_row(i), p.other_row(i));
         return numpy_f64(std::move(kl), {p.positions});
-      }, nb::arg("ref_logits"), nb::arg("logits"),
+      }, nb::arg("ref_logits").none(), nb::arg("logits").none(),
       "KL(P_ref || P) per position (float64 [positions]) of two logits arrays [positions, vocab] (float32).");
   m.def("compare_logits", [](nb::handle ref, nb::handle other, nb::handle targets) {
         return summarize(logit_pair(ref, other, "kvcheck.compare_logits"), targets, "kvcheck.compare_logits");
-      }, nb::arg("ref_logits"), nb::arg("logits"), nb::arg("targets") = nb::none(),
+      }, nb::arg("ref_logits").none(), nb::arg("logits").none(), nb::arg("targets") = nb::none(),
       "llama.cpp's KL statistics (mean ± s.e., percentiles, max), top-1 agreement, RMS Δp and, with "
       "targets, the perplexity ratio.");
   m.def("gate", [](nb::handle ref, nb::handle other, nb::handle targets, double base_kl, double base_ppl_ratio,
@@ -135,7 +135,7 @@ void bind_metrics(nb::module_& m) {
         d["regressions"] = lst;
         d["table"] = cli::regression_table(regs);
         return d;
-      }, nb::arg("ref_logits"), nb::arg("logits"), nb::arg("targets"), nb::arg("baseline_kl_mean"),
+      }, nb::arg("ref_logits").none(), nb::arg("logits").none(), nb::arg("targets"), nb::arg("baseline_kl_mean"),
       nb::arg("baseline_perplexity_ratio"), nb::arg("kl_rel") = 0.05, nb::arg("kl_abs") = 1e-7, nb::arg("ppl_rel") = 0.005,
       "The report gate's verdict (cli/report_baseline.h) on the metrics of logits against ref_logits.");
 }

@@ -165,19 +165,19 @@ void bind_quant(nb::module_& m) {
       });
 
   m.def("quantize", [](nb::handle x, const std::string& format) { return quantize_any(x, format, "kvcheck.quantize"); },
-        nb::arg("x"), nb::arg("format"),
+        nb::arg("x").none(), nb::arg("format"),
         "Quantize x [..., head_dim] (float32, C-contiguous) as kvcheck stores it in `format`.");
   m.def("dequantize", [](const Quantized& q) {
         std::vector<float> out = dequantize_any(q);
         return numpy_f32(std::move(out), q.shape);
-      }, nb::arg("q"), "x̂, float32, shaped as the x that was quantized.");
+      }, nb::arg("q").none(), "x̂, float32, shaped as the x that was quantized.");
   m.def("bound", [](nb::handle x, const std::string& format) {
         Quantized q = quantize_any(x, format, "kvcheck.bound");
         View<float> xv = float32_view(x, "kvcheck.bound", "x", 1, 8);
         const std::vector<float> x_hat = dequantize_any(q);
         std::vector<double> b = bounds_of(q, xv.data, x_hat);
         return numpy_f64(std::move(b), q.shape);
-      }, nb::arg("x"), nb::arg("format"),
+      }, nb::arg("x").none(), nb::arg("format"),
       "Per element, the bound on |x - x̂| (float64) that kvcheck's format guarantees (docs/design.md §4).");
   // The worst element of a candidate x̂ against the bound kvcheck's own stored metadata gives:
   // (flat index, |x - x̂|, bound, ratio, first violation flat index or -1, and its text).
@@ -233,7 +233,7 @@ void bind_quant(nb::module_& m) {
         r["format"] = q.format;
         r["metadata"] = meta;
         return r;
-      }, nb::arg("x"), nb::arg("x_hat"), nb::arg("format"));
+      }, nb::arg("x").none(), nb::arg("x_hat").none(), nb::arg("format"));
 
   // The C++ call the bindings overhead is measured against (python/benchmarks): `repeats`
   // quantize calls on the same input, each allocating its outputs as the binding does; seconds per call.
@@ -251,7 +251,7 @@ void bind_quant(nb::module_& m) {
           quantize(kv.spec, x.data, t, d, KvLocation{}, codes, scales, zeros);
         }
         return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / repeats;
-      }, nb::arg("x"), nb::arg("format"), nb::arg("repeats"));
+      }, nb::arg("x").none(), nb::arg("format"), nb::arg("repeats"));
 }
 
 }  // namespace kvcheck::py
