@@ -40,3 +40,10 @@ def test_examples_run_as_scripts(script):
     assert ok.returncode == 0, ok.stderr
     bad = subprocess.run([sys.executable, str(path), "--bug"], capture_output=True, text=True)
     assert bad.returncode != 0 and "bound" in bad.stderr
+
+
+def test_readme_example_runs(monkeypatch):
+    text = (ROOT / "README.md").read_text()
+    block = text.split("## From Python", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(ROOT)
+    exec(compile(block, "README.md (From Python)", "exec"), {})
