@@ -107,3 +107,12 @@ def test_library_errors_come_back_as_value_errors():
         kvcheck.quantize(x, "int8/token")
     with pytest.raises(ValueError, match="multiple of 32"):
         kvcheck.quantize(block(tokens=40), "int4/channel-G32")
+
+
+def test_the_kv_oracle_fixture_is_the_package(kv_oracle):
+    # What a kernel author's test looks like with the plugin's fixture.
+    x = block(seed=7, tokens=32, head_dim=64)
+    x_hat = x.copy()
+    x_hat[5, 9] += 1.0  # far outside any int8 bound
+    with pytest.raises(kv_oracle.BoundViolation, match=r"x_hat\[5, 9\]"):
+        kv_oracle.check_quantized(x, x_hat, "int8/token")
