@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU job, on a machine with a CUDA device: the GPU test suite, compute-sanitizer (memcheck,
-# racecheck, initcheck, synccheck) over it, the GPU micro-benchmarks, and a summary table.
+# racecheck, initcheck, synccheck) over it, the GPU micro-benchmarks, the transformers bridge on
+# the embedded model (when python3 has torch and transformers), and a summary table.
 #
 #   ./ci/gpu.sh                      configure with -DKVCHECK_CUDA=ON, build, run
 #   ./ci/gpu.sh --prebuilt .gpu      run what ci/gpu-pack.sh packed (a GPU machine without the
@@ -80,11 +81,37 @@ suite bench-pages "${loader[@]}" "$bin/kvcheck_bench_pages" --benchmark_filter=G
 suite bench-attention "${loader[@]}" "$bin/kvcheck_bench_attention" --benchmark_filter=Cuda --benchmark_out="$out/bench-attention.json" \
   --benchmark_out_format=json
 
+# bridges/hf_transformers.py on the embedded model, held by kvcheck compare: the dynamic cache (KL
+# near float rounding) and the quantized cache of each backend installed (quanto: optimum-quanto,
+# hqq). The gate runs the bridge's argument handling and output writer only (no torch there).
+bridges=(bridge-dynamic bridge-quanto bridge-hqq)
+bridge() {  # result name, cache, backend (timeout runs programs, not functions: one bash -c line)
+  local dir="$out/bridge-$2-$3" items="$out/bridge-items.jsonl"
+  suite "$1" bash -c "python3 bridges/hf_transformers.py --model datasets/models/kvcheck-tiny --items '$items' \
+    --out '$dir' --cache $2 --backend $3 --nbits 4 --device cuda &&
+    ${loader[*]} '$bin/kvcheck' compare --items '$items' --engine-output '$dir' --name hf-$2-$3 --out '$dir-compare' &&
+    cat '$dir-compare/report.md'"
+}
+if python3 -c "import torch, transformers; assert torch.cuda.is_available()" 2>/dev/null &&
+   "${loader[@]}" "$bin/kvcheck" export --quick --out "$out/bridge-items.jsonl" >/dev/null 2>&1; then
+  bridge bridge-dynamic dynamic quanto
+  for backend in quanto hqq; do
+    module=$([[ $backend == quanto ]] && echo optimum.quanto || echo hqq)
+    if python3 -c "import $module" 2>/dev/null; then
+      bridge "bridge-$backend" quantized "$backend"
+    else
+      echo "skipped: python3 cannot import $module" >"$out/bridge-$backend.result"
+    fi
+  done
+else
+  for name in "${bridges[@]}"; do echo "skipped: python3 lacks torch (with CUDA) or transformers" >"$out/$name.result"; done
+fi
+
 echo
 echo "== ci/gpu.sh summary (logs in $out) =="
 status=0
 for name in gpu-tests sanitize-memcheck sanitize-racecheck sanitize-initcheck sanitize-synccheck bench-kernels bench-pages \
-  bench-attention; do
+  bench-attention "${bridges[@]}"; do
   r=$(cat "$out/$name.result" 2>/dev/null || echo "not run")
   printf '%-20s %s\n' "$name" "$r"
   [[ $r == rc=0* || $r == skipped* ]] || status=1
