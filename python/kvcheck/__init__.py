@@ -47,7 +47,11 @@ class OracleViolation(AssertionError):
     def __init__(self, check):
         self.check = check
         which = "held-set" if not check.held_ok else "full-context"
-        super().__init__(f"per-step oracle: {which} check failed, worst query head {check.worst_head}: {check!r}")
+        h, c = check.worst_element
+        super().__init__(
+            f"per-step oracle: {which} check failed, worst query head {h}: output[{h}, {c}] = "
+            f"{check.worst_output:.9g}, exact attention over the {check.worst_against} {check.worst_expected:.9g} "
+            f"(off by {abs(check.worst_output - check.worst_expected):.3e}); {check!r}")
 
 
 def check_quantized(x, x_hat, format):

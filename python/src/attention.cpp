@@ -51,6 +51,12 @@ struct StepResult {
   std::int64_t worst_head = 0;   // the query head with the largest share of its full bound used
   double held_error = 0, held_tolerance = 0, full_error = 0, full_bound = 0, quant_bound = 0, prune_bound = 0;
   double pruned_mass = 0, delta = 0;
+  // The output element farthest from what it is held to, on the worst head: against exact
+  // attention over the held set when the held check fails (or passes everywhere), else against
+  // exact attention over every token.
+  std::int64_t worst_channel = 0;
+  double worst_output = 0, worst_expected = 0;
+  std::string worst_against;  // "held set" or "full context"
   std::string describe;
 };
 
@@ -79,6 +85,11 @@ void bind_attention(nb::module_& m) {
       .def_ro("prune_bound", &StepResult::prune_bound)
       .def_ro("pruned_mass", &StepResult::pruned_mass)
       .def_ro("delta", &StepResult::delta)
+      .def_prop_ro("worst_element", [](const StepResult& r) { return nb::make_tuple(r.worst_head, r.worst_channel); },
+                   "(query head, channel) of the output element farthest from what it is held to")
+      .def_ro("worst_output", &StepResult::worst_output)
+      .def_ro("worst_expected", &StepResult::worst_expected, "exact attention there, over worst_against")
+      .def_ro("worst_against", &StepResult::worst_against)
       .def("__repr__", [](const StepResult& r) { return "kvcheck.StepCheck(" + r.describe + ")"; })
       .def("__bool__", [](const StepResult& r) { return r.ok; });
 
@@ -170,6 +181,27 @@ void bind_attention(nb::module_& m) {
             r.delta = std::max(r.delta, c.delta);
           }
           r.ok = r.held_ok && r.full_ok;
+          {  // the worst element of the worst head
+            const auto g = static_cast<std::size_t>(r.worst_head);
+            const auto qg = h.q.data.subspan(g * static_cast<std::size_t>(h.d), static_cast<std::size_t>(h.d));
+            const auto og = out.data.subspan(g * static_cast<std::size_t>(h.d), static_cast<std::size_t>(h.d));
+            const bool against_held = !r.held_ok || r.full_ok;
+            const RetainedAttentionRef exact =
+                against_held ? retained_attention_ref(qg, hk, hvals, 1, h.d, default_scale(h.d, scale))
+                             : retained_attention_ref(qg, h.keys.data, h.values.data, 1, h.d, default_scale(h.d, scale));
+            double worst = -1;
+            for (std::int64_t c = 0; c < h.d; ++c) {
+              const auto k = static_cast<std::size_t>(c);
+              const double diff = std::fabs(double{og[k]} - exact.out[k]);
+              if (std::isnan(diff) || diff > worst) {
+                worst = std::isnan(diff) ? INFINITY : diff;
+                r.worst_channel = c;
+                r.worst_output = og[k];
+                r.worst_expected = exact.out[k];
+              }
+            }
+            r.worst_against = against_held ? "held set" : "full context";
+          }
           return r;
         },
         nb::arg("q").none(), nb::arg("keys").none(), nb::arg("values").none(), nb::arg("held").none(), nb::arg("output").none(),

@@ -58,12 +58,15 @@ def test_an_output_perturbed_beyond_the_bound_is_flagged_on_its_head():
     c = kvcheck.check_decode_step(q, k, v, held, bad, key_format="int4/token", value_format="int4/token",
                                   raise_on_violation=False)
     assert not c.held_ok and c.full_ok and c.worst_head == 2
+    assert c.worst_element == (2, 7) and c.worst_against == "held set"
     # Beyond the full bound on head 1: both fail, and the exception names the head.
     bad = out.copy()
     bad[1, 0] += np.float32(2 * ok.full_bound)
     with pytest.raises(kvcheck.OracleViolation, match="worst query head 1") as e:
         kvcheck.check_decode_step(q, k, v, held, bad, key_format="int4/token", value_format="int4/token")
     assert not e.value.check.full_ok and e.value.check.full_error > e.value.check.full_bound
+    assert e.value.check.worst_element == (1, 0) and "output[1, 0]" in str(e.value)
+    assert e.value.check.worst_against == "held set"  # both fail; the held check is named first
 
 
 def test_held_rows_can_be_given_instead_of_a_format():

@@ -31,6 +31,8 @@ def test_decode_attention_passes_and_its_planted_bug_is_caught():
     with pytest.raises(kvcheck.OracleViolation, match=r"held-set check failed, worst query head \d") as e:
         ex.step(planted_bug=True)
     assert not e.value.check.held_ok and e.value.check.held_error > e.value.check.held_tolerance
+    h, c = e.value.check.worst_element
+    assert f"output[{h}, {c}]" in str(e.value) and "tolerance" in str(e.value)
 
 
 @pytest.mark.parametrize("script", ["int4_kv_quantizer.py", "compressed_decode_attention.py"])
