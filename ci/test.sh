@@ -41,8 +41,10 @@ ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" -LE gpu "$@" 2>&1 |
   status=$?
 
 # The Python package: built against nothing but the sources (no download: --no-build-isolation,
-# the tools ci/install-deps.sh pinned), into python3's site-packages; its build folder is
-# build/python-wheel/, so a second run rebuilds only what changed.
+# the tools ci/install-deps.sh pinned) into BUILD/python-site, not python3's site-packages, so
+# that gates of other checkouts on the machine do not replace each other's package; pytest finds
+# it (and its plugin) through PYTHONPATH. Its build folder is BUILD/python-wheel/, so a second
+# run rebuilds only what changed.
 py_log=$(mktemp)
 trap 'rm -f "$gpu_log" "$main_log" "$py_log"' EXIT
 py_start=$(date +%s)
@@ -53,9 +55,12 @@ elif ! python3 -c "import nanobind, scikit_build_core, pytest" 2>/dev/null; then
 else
   echo
   echo "== Python package and tests (pip install ./python; pytest python/tests) =="
+  py_site=$(realpath -m "$build_dir/python-site")
   if CMAKE_BUILD_PARALLEL_LEVEL=$jobs python3 -m pip install --quiet --no-build-isolation --no-deps \
-       --disable-pip-version-check ./python >"$py_log" 2>&1; then
-    python3 -m pytest python/tests -q -p no:cacheprovider 2>&1 | tee -a "$py_log" || status=$?
+       --disable-pip-version-check --upgrade --target "$py_site" \
+       -C build-dir="$(realpath -m "$build_dir/python-wheel")/{wheel_tag}" ./python >"$py_log" 2>&1; then
+    PYTHONPATH="$py_site${PYTHONPATH:+:$PYTHONPATH}" python3 -m pytest python/tests -q -p no:cacheprovider 2>&1 |
+      tee -a "$py_log" || status=$?
   else
     cat "$py_log"
     echo "ci/test.sh: pip install ./python failed"
