@@ -7,13 +7,16 @@ A generated table sits between two comments that name its kind and its JSON file
     | run | ... |
     <!-- /table -->
 
-Kinds: `bench-engine` (the JSON of `kvcheck bench --engine --json`) and `llamacpp-crosscheck` (the
-JSON of properties/crosscheck/llamacpp_gguf.py --json). With --check nothing is written: the exit
+Kinds: `bench-engine` (the JSON of `kvcheck bench --engine --json`), `llamacpp-crosscheck` (the
+JSON of properties/crosscheck/llamacpp_gguf.py --json) and `claims` (two files: the report.json of
+`kvcheck report --long` and kvcheck-tiny's committed sweep; docs/perf/claims.py). A marker may name
+several files, separated by spaces, each relative to the page. The pages are docs/perf/*.md and the
+repository's README.md. With --check nothing is written: the exit
 status is 1, naming the page and table, when a committed table differs from its JSON (the unit test
 PerfPages.TablesMatchTheirJson runs that). Without it, every table is rewritten in place.
 
     python3 docs/perf/render_tables.py [--check] [PAGE.md ...]
-    python3 docs/perf/render_tables.py --self-test   (a changed figure in a JSON is caught)
+    python3 docs/perf/render_tables.py --self-test   (a changed figure in any JSON is caught)
 """
 import argparse
 import json
@@ -24,7 +27,14 @@ import sys
 import tempfile
 
 HERE = pathlib.Path(__file__).resolve().parent
-BLOCK = re.compile(r"(<!-- table: (\S+) (\S+) -->\n)(.*?)(<!-- /table -->)", re.S)
+sys.path.insert(0, str(HERE))
+from claims import claims_table  # noqa: E402
+
+ROOT = HERE.parent.parent
+BLOCK = re.compile(r"(<!-- table: (\S+) ([^\n]+?) -->\n)(.*?)(<!-- /table -->)", re.S)
+# Files outside docs/perf/ that a table reads or sits in (paths from the repository root); the
+# self-test copies them with docs/perf/ into a scratch tree.
+OUTSIDE = ["README.md", "datasets/baselines/sweep-kvcheck-tiny.json"]
 
 
 def sci(x, digits):
@@ -96,7 +106,11 @@ def llamacpp_crosscheck(doc):
                   "ppl b", "ppl a / b - 1"], rows)
 
 
-KINDS = {"bench-engine": bench_engine, "llamacpp-crosscheck": llamacpp_crosscheck}
+KINDS = {"bench-engine": bench_engine, "llamacpp-crosscheck": llamacpp_crosscheck, "claims": claims_table}
+
+
+def default_pages(root):
+    return sorted((root / "docs" / "perf").glob("*.md")) + [root / "README.md"]
 
 
 def render(page):
@@ -106,10 +120,10 @@ def render(page):
         kind, source = match.group(2), match.group(3)
         if kind not in KINDS:
             raise ValueError(f"{page.name}: table kind {kind!r} (known: {', '.join(KINDS)})")
-        doc = json.loads((page.parent / source).read_text())
+        docs = [json.loads((page.parent / s).read_text()) for s in source.split()]
         try:
-            body = KINDS[kind](doc)
-        except (KeyError, ValueError) as e:
+            body = KINDS[kind](*docs)
+        except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"{page.name}: table {kind} from {source}: {e!r}") from e
         return match.group(1) + body + match.group(5)
 
@@ -122,42 +136,64 @@ def stale(page):
     return old != new
 
 
+def mutate(doc):
+    """A 1% change in a figure every table of its kind prints."""
+    if "runs" in doc:
+        doc["runs"][0]["tg_tokens_per_s"]["mean"] *= 1.01
+    elif "comparisons" in doc:
+        doc["comparisons"]["kvcheck_vs_llamacpp_f32"]["nmse"] *= 1.01
+    else:  # a report or a sweep: every row's mean KL
+        for row in doc["rows"]:
+            row["kl_mean"] *= 1.01
+
+
 def self_test():
     """--check on a copy of the committed pages passes, and fails once a figure in a JSON moves."""
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
+        (tmp / "docs" / "perf").mkdir(parents=True)
         for f in HERE.iterdir():
             if f.suffix in (".md", ".json"):
-                shutil.copy(f, tmp / f.name)
-        pages = sorted(tmp.glob("*.md"))
+                shutil.copy(f, tmp / "docs" / "perf" / f.name)
+        for rel in OUTSIDE:
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(ROOT / rel, tmp / rel)
+        pages = default_pages(tmp)
         if any(stale(p) for p in pages):
             print("render_tables.py: self-test: the committed tables are stale")
             return 1
-        sources = [m.group(3) for p in pages for m in BLOCK.finditer(p.read_text())]
-        for source in sorted(set(sources)):
-            original = (tmp / source).read_text()
+        sources = {(p.parent / s).resolve() for p in pages for m in BLOCK.finditer(p.read_text())
+                   for s in m.group(3).split()}
+        for source in sorted(sources):
+            original = source.read_text()
             doc = json.loads(original)
-            if "runs" in doc:
-                doc["runs"][0]["tg_tokens_per_s"]["mean"] *= 1.01
-            else:
-                doc["comparisons"]["kvcheck_vs_llamacpp_f32"]["nmse"] *= 1.01
-            (tmp / source).write_text(json.dumps(doc))
-            if not any(stale(p) for p in pages):
-                print(f"render_tables.py: self-test: a 1% change in {source} went unnoticed")
+            mutate(doc)
+            source.write_text(json.dumps(doc))
+            readers = [p for p in pages if any(source == (p.parent / s).resolve()
+                                               for m in BLOCK.finditer(p.read_text()) for s in m.group(3).split())]
+            missed = [p for p in readers if not stale(p)]
+            if missed:
+                print(f"render_tables.py: self-test: a 1% change in {source.relative_to(tmp.resolve())} went "
+                      f"unnoticed in {', '.join(str(p.relative_to(tmp)) for p in missed)}")
                 return 1
-            (tmp / source).write_text(original)
-    print("render_tables.py: self-test passed")
+            source.write_text(original)
+        names = ", ".join(str(s.relative_to(tmp.resolve())) for s in sorted(sources))
+    print(f"render_tables.py: self-test passed ({len(sources)} JSON files: {names})")
     return 0
 
 
 def main():
     if sys.argv[1:] == ["--self-test"]:
-        return self_test()
+        try:
+            return self_test()
+        except (OSError, ValueError) as e:
+            print(f"render_tables.py: self-test: {e}", file=sys.stderr)
+            return 2
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when a table is stale")
     parser.add_argument("pages", nargs="*", type=pathlib.Path)
     args = parser.parse_args()
-    pages = args.pages or sorted(HERE.glob("*.md"))
+    pages = args.pages or default_pages(ROOT)
     stale = 0
     tables = 0
     for page in pages:
