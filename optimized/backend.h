@@ -7,8 +7,9 @@
 // Batch invariance is part of the contract: `linear` computes every row with the same
 // instructions whatever the row count and whatever the other rows hold, so a request's tokens do
 // not depend on which requests share its decode step. `linear_prefill` (one request's prompt)
-// may use a blocked GEMM whose rounding depends on the row count; the runner only calls it on a
-// request's whole prompt, which is the same in every run.
+// may use a blocked GEMM whose rounding depends on the row count (the CUDA backend's cuBLAS; the
+// CPU backend runs `linear`); the runner only calls it on a request's whole prompt, which is the
+// same in every run.
 #pragma once
 
 #include <cstdint>

@@ -13,6 +13,7 @@ typedef float Lanes __attribute__((vector_size(32)));         // eight floats
 typedef float Lanes4 __attribute__((vector_size(16)));        // four floats
 typedef std::uint32_t U32Lanes __attribute__((vector_size(32)));
 typedef std::int32_t I32Lanes __attribute__((vector_size(32)));
+typedef std::int32_t I32Lanes4 __attribute__((vector_size(16)));
 typedef std::uint16_t U16Lanes __attribute__((vector_size(16)));  // eight fp16 / bf16 bit patterns
 typedef std::uint8_t U8Lanes __attribute__((vector_size(8)));
 // Sixteen floats: only the AVX-512 builds use them, as two groups of eight lanes side by side (two

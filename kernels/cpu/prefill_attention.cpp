@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/exp_lanes.h"
 #include "kernels/cpu/lanes.h"
 #include "kernels/cpu/parallel_for.h"
 #include "kernels/cpu/row_ops.h"
@@ -177,13 +178,13 @@ void attend_query_tile(const HeadView& hv, std::int64_t i0, Scratch& s) {
       for (std::int64_t c = 0; c < visible; ++c) m_new = std::max(m_new, row[c]);
       float* acc = hv.out_row(i0 + r);
       // Rescale what the earlier tiles accumulated to the new maximum (exp(-inf) = 0 at first).
-      const float correction = std::exp(s.m[r] - m_new);
+      const float correction = exp_lanes::exp_weight(s.m[r] - m_new);
       if (correction != 1.0f) {
         scale_row(correction, acc, hv.d);
         s.l[r] *= correction;
       }
       for (std::int64_t c = 0; c < visible; ++c) {
-        const float p = std::exp(row[c] - m_new);
+        const float p = exp_lanes::exp_weight(row[c] - m_new);
         s.l[r] += p;
         axpy(p, hv.v + (j0 + c) * hv.kv_stride, acc, hv.d);
       }
@@ -210,7 +211,7 @@ void sum_query_tile(const HeadView& hv, std::int64_t i0, std::int64_t first_wind
       const float* row = s.scores + r * hv.tile;
       const bool in_window = window != nullptr && i >= first_window_query;
       for (std::int64_t c = 0; c < visible; ++c) {
-        const float p = std::exp(row[c] - s.lse[i]);
+        const float p = exp_lanes::exp_weight(row[c] - s.lse[i]);
         if (columns != nullptr) columns[j0 + c] += p;
         if (in_window) window[j0 + c] += p;
       }

@@ -10,6 +10,7 @@
 //   p_ij  = exp(s_ij - m'), l += p_ij and out_i += p_ij * v_j key by key
 //   out_i *= 1 / l, lse_i = m + log l
 //   column_j = Σ_i exp(s_ij - lse_i) over queries i = j, j + 1, ... in order (window: i >= T - W).
+// with exp = exp_lanes::exp_weight (kernels/cpu/exp_lanes.h), whose bits every lane reproduces.
 //   RC_PARAMS="seed=7 max_success=2000" build/properties/kvcheck_property_tests --gtest_filter='PrefillAttentionIsa*'
 #include <cstdlib>
 #include <gtest/gtest.h>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "kernels/cpu/dense_ops.h"
+#include "kernels/cpu/exp_lanes.h"
 #include "kernels/cpu/prefill_attention.h"
 #include "kernels/cpu/row_ops.h"
 #include "properties/support/prefill_cases.h"
@@ -70,13 +72,13 @@ KernelRun prefill_attention_scalar(const PrefillAttentionInput& in) {
         const std::int64_t j_end = std::min(j0 + tile, i + 1);
         float m_new = m;
         for (std::int64_t j = j0; j < j_end; ++j) m_new = std::max(m_new, score(i, j));
-        const float correction = std::exp(m - m_new);
+        const float correction = exp_lanes::exp_weight(m - m_new);
         if (correction != 1.0f) {
           for (std::int64_t e = 0; e < d; ++e) acc[e] *= correction;
           l *= correction;
         }
         for (std::int64_t j = j0; j < j_end; ++j) {
-          const float p = std::exp(score(i, j) - m_new);
+          const float p = exp_lanes::exp_weight(score(i, j) - m_new);
           l += p;
           const float* v = in.v.data() + j * kv_width + kv * d;
           for (std::int64_t e = 0; e < d; ++e) acc[e] += p * v[e];
@@ -89,7 +91,7 @@ KernelRun prefill_attention_scalar(const PrefillAttentionInput& in) {
     }
     for (std::int64_t i = 0; i < T; ++i) {
       for (std::int64_t j = 0; j <= i; ++j) {
-        const float p = std::exp(score(i, j) - lse[static_cast<std::size_t>(i)]);
+        const float p = exp_lanes::exp_weight(score(i, j) - lse[static_cast<std::size_t>(i)]);
         r.columns[static_cast<std::size_t>(h * T + j)] += p;
         if (i >= first_window_query) r.window[static_cast<std::size_t>(h * T + j)] += p;
       }
