@@ -139,18 +139,25 @@ double e4m3_value_ref(std::uint8_t code) {
 }
 
 std::uint8_t e4m3_from_float_ref(float y) {
-  // The value of every finite non-negative code, computed once (the per-step oracle calls this
-  // for every held element of every step).
+  // The value of every finite non-negative code, computed once, increasing with the code.
   static const std::array<double, 0x7F> values = [] {
     std::array<double, 0x7F> v{};
     for (std::uint8_t c = 0; c <= 0x7E; ++c) v[c] = e4m3_value_ref(c);
     return v;
   }();
   const double a = std::fabs(double{y});
-  std::uint8_t best = 0;
-  for (std::uint8_t c = 1; c <= 0x7E; ++c) {  // every finite non-negative code, in increasing order
-    const double d = std::fabs(values[c] - a), d_best = std::fabs(values[best] - a);
-    if (d < d_best || (d == d_best && (c & 1) == 0)) best = c;
+  std::uint8_t best = 0;  // NaN: code 0, as a search that never finds a nearer value
+  if (!std::isnan(a)) {
+    // The nearest value: the last code at or below a, or the next one (the per-step oracle calls
+    // this for every held element of every step, so a binary search, not a scan of 126 codes).
+    // Equidistant: the even code. Beyond 448: the largest finite code.
+    const auto above = std::upper_bound(values.begin(), values.end(), a);
+    const auto lo = static_cast<std::uint8_t>(std::max<std::ptrdiff_t>(0, above - values.begin() - 1));
+    best = lo;
+    if (lo < 0x7E) {
+      const double d_lo = a - values[lo], d_hi = values[lo + 1] - a;
+      if (d_hi < d_lo || (d_hi == d_lo && ((lo + 1) & 1) == 0)) best = static_cast<std::uint8_t>(lo + 1);
+    }
   }
   return static_cast<std::uint8_t>((std::signbit(y) ? 0x80 : 0) | best);
 }

@@ -89,6 +89,38 @@ TEST(QuantMath, E4M3DecodeMatchesRefOnEveryCode) {
   EXPECT_EQ(quant::e4m3_to_float(0x08), 0x1.0p-6f);
 }
 
+// The definition the oracle's encoder restates with a binary search: the nearest of the 127
+// finite non-negative values by a scan, ties to the even code, the sign bit copied.
+std::uint8_t e4m3_nearest_by_scan(float y) {
+  const double a = std::fabs(double{y});
+  std::uint8_t best = 0;
+  for (std::uint8_t c = 1; c <= 0x7E; ++c) {
+    const double d = std::fabs(e4m3_value_ref(c) - a), d_best = std::fabs(e4m3_value_ref(best) - a);
+    if (d < d_best || (d == d_best && (c & 1) == 0)) best = c;
+  }
+  return static_cast<std::uint8_t>((std::signbit(y) ? 0x80 : 0) | best);
+}
+
+TEST(QuantMath, E4M3OracleEncodeIsTheNearestByScan) {
+  for (int c = 0; c < 0x7E; ++c) {
+    const double lo = e4m3_value_ref(static_cast<std::uint8_t>(c)), hi = e4m3_value_ref(static_cast<std::uint8_t>(c + 1));
+    for (const double y : {lo, (lo + hi) / 2, hi}) {
+      for (const float s : {1.0f, -1.0f}) {
+        for (const float x : {s * static_cast<float>(y), std::nextafter(s * static_cast<float>(y), 0.0f),
+                              std::nextafter(s * static_cast<float>(y), s * 1e30f)}) {
+          ASSERT_EQ(e4m3_from_float_ref(x), e4m3_nearest_by_scan(x)) << std::hexfloat << x;
+        }
+      }
+    }
+  }
+  for (std::uint64_t u = 0; u <= 0xFFFFFFFFull; u += 1000003) {
+    float x;
+    const auto u32 = static_cast<std::uint32_t>(u);
+    std::memcpy(&x, &u32, 4);
+    ASSERT_EQ(e4m3_from_float_ref(x), e4m3_nearest_by_scan(x)) << std::hexfloat << x;  // NaN and inf too
+  }
+}
+
 TEST(QuantMath, E4M3EncodeMatchesNearestTableEntry) {
   // Every code value, every midpoint (ties to even), and a sweep of floats in and beyond range.
   for (int c = 0; c < 0x7E; ++c) {
