@@ -64,6 +64,29 @@ fetch_python_packages() {
   fi
 }
 
+# cuobjdump and nvdisasm for ci/ptxas_budget.py's SASS counts, when the CUDA toolkit here lacks them
+# (its nvcc-only install does): NVIDIA's PyPI wheels, pinned, downloaded with pip (no install) and
+# their two binaries unzipped into .tools/cuda/bin/ (git-ignored). Best effort: without them the
+# gate compares the ptxas table only and says so.
+fetch_cuda_tools() {
+  local bin="$root/.tools/cuda/bin" v=13.5.37
+  command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ] || return 0
+  if [ -x /usr/local/cuda/bin/cuobjdump ] && [ -x /usr/local/cuda/bin/nvdisasm ]; then return; fi
+  if [ -x "$bin/cuobjdump" ] && [ -x "$bin/nvdisasm" ]; then return; fi
+  local tmp
+  tmp=$(mktemp -d)
+  if python3 -m pip download --quiet --no-deps --disable-pip-version-check -d "$tmp" \
+       "nvidia-cuda-cuobjdump==$v" "nvidia-cuda-nvdisasm==$v" >/dev/null 2>&1; then
+    mkdir -p "$bin"
+    for w in "$tmp"/*.whl; do python3 -m zipfile -e "$w" "$tmp/x" >/dev/null 2>&1; done
+    cp "$tmp/x/nvidia/cu13/bin/cuobjdump" "$tmp/x/nvidia/cu13/bin/nvdisasm" "$bin/" && chmod +x "$bin"/* &&
+      echo "install-deps: cuobjdump and nvdisasm $v in .tools/cuda/bin/"
+  else
+    echo "install-deps: could not download cuobjdump/nvdisasm $v from PyPI; the SASS counts will not be checked"
+  fi
+  rm -rf "$tmp"
+}
+
 PACKAGES=(
   build-essential
   cmake
@@ -99,6 +122,7 @@ if [ ${#missing[@]} -eq 0 ]; then
   fetch_tokenizers
   fetch_models
   fetch_python_packages
+  fetch_cuda_tools
   exit 0
 fi
 
@@ -113,3 +137,4 @@ $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fetch_tokenizers
 fetch_models
 fetch_python_packages
+fetch_cuda_tools
