@@ -22,11 +22,16 @@
 
 namespace kvcheck {
 
+class ResidentBackend;  // optimized/resident_backend.h
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual int threads() const = 0;
+  // The device-resident interface of this backend (docs/design.md §15), or null: the runner's
+  // decode step then runs on it, and these span operations serve the rest (prefill).
+  virtual ResidentBackend* resident() { return nullptr; }
 
   // y[r] = W x[r] (+ bias) for `rows` rows; batch-invariant (see above).
   virtual void linear(const DenseWeight& w, std::span<const float> x, std::int64_t rows, std::span<float> y) = 0;

@@ -21,7 +21,8 @@
 namespace kvcheck {
 
 struct EngineOptions {
-  std::string device = "cpu";        // "cpu", or "cuda" (optimized/cuda_backend.h: needs a CUDA build and device)
+  std::string device = "cpu";        // "cpu", or "cuda" (optimized/cuda_backend.h: needs a CUDA build and device);
+                                     // "host-twin" (tests: optimized/host_twin_backend.h)
   std::string policy = "full-fp32";
   std::int64_t pages = 0;            // 0: room for `batch_hint` requests at full context, within memory_budget
   std::int64_t page_bytes = 16 * 1024;

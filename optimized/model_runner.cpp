@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <optional>
 #include <stdexcept>
+#include <tuple>
 
 #include "optimized/nvtx_range.h"
+#include "optimized/resident_backend.h"
 #include "optimized/step_timer.h"
 #include "reference/errors.h"
 
@@ -27,6 +30,8 @@ void head_norm(Backend& backend, std::vector<float>& x, std::int64_t rows, std::
   x.swap(scratch);
 }
 
+}  // namespace
+
 // A page-selecting policy (Quest): each page's stored key range, the policy's choice from the group's
 // queries q [group][d], and `pages` cut to the chosen ones (walk order kept). A policy that never
 // drops a token appends, so the page being written is the last one.
@@ -44,10 +49,18 @@ void select_read_pages(const KvPolicy& policy, std::span<const TierRead> tiers, 
   pages.swap(read);
 }
 
-}  // namespace
+// A resident backend's handles, and the host's mirror of the page table it holds.
+struct ModelRunner::Resident {
+  DeviceInts ids, positions, row_requests, targets, deltas, logit_rows;
+  DeviceFloats x, n, q, k, v, attn, o, normed, gate, up, down;
+  // What the backend's page table holds, as last sent: (request, layer, head) -> (page id, tier)...
+  std::map<std::tuple<std::int64_t, std::int32_t, std::int32_t>, std::vector<std::int32_t>> sent;
+};
 
 ModelRunner::ModelRunner(const EngineWeights& weights, Backend& backend, PagedKvCache& cache)
     : weights_(weights), backend_(backend), cache_(cache) {}
+
+ModelRunner::~ModelRunner() = default;
 
 void ModelRunner::check_tokens(std::int64_t request, std::span<const std::int32_t> tokens, std::int64_t pos0) const {
   const ModelConfig& c = weights_.config;
@@ -565,6 +578,8 @@ void ModelRunner::decode_into(std::span<const std::int64_t> requests, std::span<
     return static_cast<std::size_t>(b * c.q_dim() + h * group * d);
   };
   const KvPolicy& policy = cache_.policy();
+  ResidentBackend* const resident = backend_.resident();
+  if (resident) resident->ledger().begin_step();
   std::vector<LiveToken> live;
   std::vector<SlotRef> live_slots;
   // The policy's decisions, taken from each head's state before this step.
@@ -577,6 +592,12 @@ void ModelRunner::decode_into(std::span<const std::int64_t> requests, std::span<
       for (std::int32_t l = 0; l < c.num_hidden_layers; ++l) {
         for (std::int32_t h = 0; h < kvh; ++h, ++i) {
           cache_.live_tokens(requests[static_cast<std::size_t>(b)], l, h, live, live_slots);
+          // On a device the decisions read each live token's position and score (design §15: on
+          // the host for now, so they cross).
+          if (resident) {
+            resident->ledger().add(Direction::kToHost, Transfer::kDecisions,
+                                   static_cast<std::int64_t>(live.size() * (sizeof(std::int32_t) + sizeof(float))));
+          }
           step[i] = policy.decide_head_step(l, h, live, positions[static_cast<std::size_t>(b)]);
           if (step[i].demote && trace_ && trace_->on_demote) {
             trace_->on_demote(requests[static_cast<std::size_t>(b)], l, h, live.at(*step[i].demote).position);
@@ -588,6 +609,11 @@ void ModelRunner::decode_into(std::span<const std::int64_t> requests, std::span<
   {
     const StepTimer page_timer(StepPart::kPageManager);
     cache_.reserve(requests, positions, step);  // PoolExhausted here, before any compute
+  }
+  if (resident) {
+    decode_resident(*resident, requests, tokens, positions, logit_rows, logits);
+    if (trace_ && trace_->on_logits) trace_->on_logits(requests, logits);
+    return;
   }
   std::vector<float> x(static_cast<std::size_t>(B * H));
   for (std::int64_t b = 0; b < B; ++b) {
@@ -713,9 +739,206 @@ void ModelRunner::decode_into(std::span<const std::int64_t> requests, std::span<
     n.resize(static_cast<std::size_t>(R * H));
   }
   logits.resize(static_cast<std::size_t>(R * c.vocab_size));  // every element is written below
+  if (R > 0) {
+    const StepTimer projections(StepPart::kProjections);
+    backend_.linear(weights_.lm_head, n, R, logits);
+  }
+  if (trace_ && trace_->on_logits) trace_->on_logits(requests, logits);
+}
+
+}  // namespace kvcheck
+
+namespace kvcheck {
+
+void ModelRunner::decode_resident(ResidentBackend& r, std::span<const std::int64_t> requests,
+                                  std::span<const std::int32_t> tokens, std::span<const std::int32_t> positions,
+                                  const std::vector<std::size_t>* logit_rows, std::vector<float>& logits) {
+  const ModelConfig& c = weights_.config;
+  const KvPolicy& policy = cache_.policy();
+  const std::int64_t B = static_cast<std::int64_t>(requests.size());
+  const std::int64_t L = c.num_hidden_layers;
+  const std::int64_t d = c.head_dim;
+  const std::int64_t kvh = c.num_key_value_heads;
+  const std::int64_t group = c.group_size();
+  if (!resident_) {
+    resident_ = std::make_unique<Resident>();
+    Resident& s = *resident_;
+    for (DeviceInts* b : {&s.ids, &s.positions, &s.row_requests, &s.targets, &s.deltas, &s.logit_rows}) *b = r.new_ints();
+    for (DeviceFloats* b : {&s.x, &s.n, &s.q, &s.k, &s.v, &s.attn, &s.o, &s.normed, &s.gate, &s.up, &s.down}) {
+      *b = r.new_floats();
+    }
+  }
+  Resident& s = *resident_;
+  const auto up = [&](DeviceInts b, const std::vector<std::int32_t>& v, Transfer kind) {
+    r.resize(b, static_cast<std::int64_t>(v.size()));
+    r.upload(b, v, kind);
+  };
+  // The step's inputs: token ids, positions, each row's request id.
+  up(s.ids, std::vector<std::int32_t>(tokens.begin(), tokens.end()), Transfer::kTokens);
+  up(s.positions, std::vector<std::int32_t>(positions.begin(), positions.end()), Transfer::kPositions);
+  std::vector<std::int32_t> host(static_cast<std::size_t>(2 * B));
+  for (std::int64_t b = 0; b < B; ++b) {
+    const auto id = static_cast<std::uint64_t>(requests[static_cast<std::size_t>(b)]);
+    host[static_cast<std::size_t>(2 * b)] = static_cast<std::int32_t>(static_cast<std::uint32_t>(id));
+    host[static_cast<std::size_t>(2 * b + 1)] = static_cast<std::int32_t>(static_cast<std::uint32_t>(id >> 32));
+  }
+  up(s.row_requests, host, Transfer::kRows);
+  // Write targets: the slot reserved for each row's token in every (layer, kv head).
+  host.clear();
+  for (std::int64_t b = 0; b < B; ++b) {
+    for (std::int32_t l = 0; l < L; ++l) {
+      for (std::int32_t h = 0; h < kvh; ++h) {
+        const SlotRef t = cache_.write_slot(requests[static_cast<std::size_t>(b)], l, h, positions[static_cast<std::size_t>(b)]);
+        host.insert(host.end(), {static_cast<std::int32_t>(t.tier), static_cast<std::int32_t>(t.page_index),
+                                 static_cast<std::int32_t>(t.slot)});
+      }
+    }
+  }
+  up(s.targets, host, Transfer::kWriteTargets);
+  // Page-table deltas: the rows of the batch's heads that differ from what the backend holds.
+  {
+    const StepTimer page_timer(StepPart::kPageManager);
+    host.clear();
+    std::vector<std::int32_t> row;
+    for (std::int64_t b = 0; b < B; ++b) {
+      const std::int64_t request = requests[static_cast<std::size_t>(b)];
+      for (std::int32_t l = 0; l < L; ++l) {
+        for (std::int32_t h = 0; h < kvh; ++h) {
+          cache_.head_page_ids(request, l, h, row);
+          std::vector<std::int32_t>& sent = s.sent[{request, l, h}];
+          if (sent == row && !row.empty()) continue;
+          const auto id = static_cast<std::uint64_t>(request);
+          host.insert(host.end(), {static_cast<std::int32_t>(static_cast<std::uint32_t>(id)),
+                                   static_cast<std::int32_t>(static_cast<std::uint32_t>(id >> 32)), l, h,
+                                   static_cast<std::int32_t>(row.size() / 2)});
+          host.insert(host.end(), row.begin(), row.end());
+          sent = row;
+        }
+      }
+    }
+    if (!host.empty()) {
+      up(s.deltas, host, Transfer::kTables);
+      r.apply_table_deltas(s.deltas, static_cast<std::int64_t>(host.size()));
+    }
+  }
+
+  r.embed(weights_.embedding, s.ids, B, s.x);
+  const bool want_probs = policy.accumulates_scores() || (trace_ && trace_->on_decode_head);
+  ResidentAttention a;
+  a.rows = B;
+  a.kv_heads = kvh;
+  a.head_dim = d;
+  a.group = group;
+  a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  a.row_requests = s.row_requests;
+  a.slot_max = want_probs;
+  std::vector<float> trace_k, trace_v, trace_q, trace_out;
+  ResidentAttentionTrace attention_trace;
+  const auto head_norm_resident = [&](DeviceFloats& x, std::int64_t heads, const std::vector<float>& weight) {
+    r.rmsnorm(x, B * heads, weight, c.rms_norm_eps, s.normed);
+    std::swap(x, s.normed);
+  };
+  for (std::int32_t l = 0; l < L; ++l) {
+    const EngineLayer& layer = weights_.layers[static_cast<std::size_t>(l)];
+    r.rmsnorm(s.x, B, layer.input_norm, c.rms_norm_eps, s.n);
+    {
+      const StepTimer projections(StepPart::kProjections);
+      r.linear(layer.q, s.n, B, s.q);
+      r.linear(layer.k, s.n, B, s.k);
+      r.linear(layer.v, s.n, B, s.v);
+    }
+    if (c.qk_norm()) {
+      head_norm_resident(s.q, c.num_attention_heads, layer.q_norm);
+      head_norm_resident(s.k, kvh, layer.k_norm);
+    }
+    r.rope(s.q, B, c.num_attention_heads, d, s.positions, weights_.rope_cos, weights_.rope_sin);
+    r.rope(s.k, B, kvh, d, s.positions, weights_.rope_cos, weights_.rope_sin);
+    if (trace_ && trace_->on_kv) {
+      trace_k.resize(static_cast<std::size_t>(B * c.kv_dim()));
+      trace_v.resize(trace_k.size());
+      r.download(trace_k, s.k, 0, Transfer::kTrace);
+      r.download(trace_v, s.v, 0, Transfer::kTrace);
+      for (std::int64_t b = 0; b < B; ++b) {
+        const auto at = static_cast<std::size_t>(b * c.kv_dim());
+        trace_->on_kv(requests[static_cast<std::size_t>(b)], l, positions[static_cast<std::size_t>(b)], 1,
+                      std::span<const float>(trace_k).subspan(at, static_cast<std::size_t>(c.kv_dim())),
+                      std::span<const float>(trace_v).subspan(at, static_cast<std::size_t>(c.kv_dim())));
+      }
+    }
+    if (trace_ && trace_->on_decode_head) {
+      trace_q.resize(static_cast<std::size_t>(B * c.q_dim()));
+      r.download(trace_q, s.q, 0, Transfer::kTrace);
+    }
+    r.rotate(policy, RotatedPart::kQuery, s.q, d);
+    r.rotate(policy, RotatedPart::kKey, s.k, d);
+    r.rotate(policy, RotatedPart::kValue, s.v, d);
+    {
+      const NvtxRange quantize("quantize");
+      const StepTimer kv_write(StepPart::kKvWrite);
+      r.write_kv(cache_, l, L, B, s.row_requests, s.positions, s.targets, s.k, s.v);
+    }
+    a.layer = l;
+    a.q = s.q;
+    a.out = s.attn;
+    {
+      const NvtxRange attention("attention");
+      const StepTimer attention_timer(StepPart::kAttention);
+      r.decode_attention(cache_, policy, a, trace_ && trace_->on_decode_head ? &attention_trace : nullptr);
+    }
+    r.rotate(policy, RotatedPart::kOutput, s.attn, d);
+    if (want_probs) {
+      const StepTimer policy_timer(StepPart::kPolicy);
+      if (trace_ && trace_->on_decode_head) {
+        trace_out.resize(static_cast<std::size_t>(B * c.q_dim()));
+        r.download(trace_out, s.attn, 0, Transfer::kTrace);
+        const auto group_floats = static_cast<std::size_t>(group * d);
+        for (std::int64_t b = 0; b < B; ++b) {
+          for (std::int32_t h = 0; h < kvh; ++h) {
+            const auto i = static_cast<std::size_t>(b * kvh + h);
+            const auto at = static_cast<std::size_t>(b * c.q_dim() + h * group * d);
+            trace_->on_decode_head(DecodeHeadTrace{
+                requests[static_cast<std::size_t>(b)], l, h, positions[static_cast<std::size_t>(b)],
+                std::span<const float>(trace_q).subspan(at, group_floats),
+                std::span<const float>(trace_out).subspan(at, group_floats), attention_trace.slot_max[i],
+                attention_trace.pages_read.empty() ? std::span<const std::size_t>{} : attention_trace.pages_read[i]});
+          }
+        }
+      }
+      if (policy.accumulates_scores()) r.add_scores(cache_, a);
+    }
+    {
+      const StepTimer projections(StepPart::kProjections);
+      r.linear(layer.o, s.attn, B, s.o);
+    }
+    r.add(s.x, s.o);
+    // The MLP (ModelRunner::mlp's operations).
+    r.rmsnorm(s.x, B, layer.post_norm, c.rms_norm_eps, s.n);
+    {
+      const StepTimer projections(StepPart::kProjections);
+      r.linear(layer.gate, s.n, B, s.gate);
+      r.linear(layer.up, s.n, B, s.up);
+    }
+    r.swiglu(s.gate, s.up);
+    {
+      const StepTimer projections(StepPart::kProjections);
+      r.linear(layer.down, s.gate, B, s.down);
+    }
+    r.add(s.x, s.down);
+  }
+  r.rmsnorm(s.x, B, weights_.final_norm, c.rms_norm_eps, s.n);
+  std::int64_t R = B;
+  if (logit_rows && static_cast<std::int64_t>(logit_rows->size()) != B) {
+    R = static_cast<std::int64_t>(logit_rows->size());
+    up(s.logit_rows, std::vector<std::int32_t>(logit_rows->begin(), logit_rows->end()), Transfer::kRows);
+    r.gather_rows(s.n, c.hidden_size, s.logit_rows, R);
+  }
+  logits.resize(static_cast<std::size_t>(R * c.vocab_size));
   if (R == 0) return;
-  const StepTimer projections(StepPart::kProjections);
-  backend_.linear(weights_.lm_head, n, R, logits);
+  {
+    const StepTimer projections(StepPart::kProjections);
+    r.linear(weights_.lm_head, s.n, R, s.o);
+  }
+  r.download(logits, s.o, 0, Transfer::kLogits);
 }
 
 }  // namespace kvcheck

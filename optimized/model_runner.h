@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -53,6 +54,9 @@ struct RunnerTrace {
   // before the step; if the step then fails with PoolExhausted it is made again on the retry).
   std::function<void(std::int64_t request, std::int32_t layer, std::int32_t kv_head, std::int32_t position)>
       on_demote;
+  // After each decode step: the batch's requests and the logits it returns ([rows][vocab], the
+  // rows asked for), so two engines' steps can be compared bit for bit (HostTwinProps.*).
+  std::function<void(std::span<const std::int64_t> requests, std::span<const float> logits)> on_logits;
   // A prefill's head scores (layer-major, kv-head minor), just before the policy selects the prompt
   // tokens from them (policies that select only).
   std::function<void(std::int64_t request, std::int64_t kv_heads, std::span<const PromptScores> heads)>
@@ -108,10 +112,16 @@ struct PrefillCapture {
   std::int64_t bytes() const;
 };
 
+// A page-selecting policy's (Quest's) choice of a head's pages from its group's queries q
+// [group][d]: `pages` cut to the chosen ones, walk order kept; `chosen` their indices.
+void select_read_pages(const KvPolicy& policy, std::span<const TierRead> tiers, std::int64_t d, std::int64_t group,
+                       std::span<const float> q, std::vector<PageRead>& pages, std::vector<std::size_t>& chosen);
+
 class ModelRunner {
  public:
   // The runner keeps references: weights, backend and cache must outlive it.
   ModelRunner(const EngineWeights& weights, Backend& backend, PagedKvCache& cache);
+  ~ModelRunner();
 
   const EngineWeights& weights() const { return weights_; }
   PagedKvCache& cache() { return cache_; }
@@ -189,12 +199,19 @@ class ModelRunner {
   // x += o_proj(attention) and x += down(swiglu(gate, up)) for one layer of a decode batch or a
   // prompt (prefill: untimed; gemm: Backend::linear_prefill, else the batch-invariant linear).
   void mlp(const EngineLayer& layer, std::vector<float>& x, std::int64_t rows, bool prefill, bool gemm) const;
+  // The decode step's compute on a resident backend (docs/design.md §15), after the reservation:
+  // inputs, write targets and page-table deltas up, the layers on resident buffers, logits down.
+  struct Resident;
+  void decode_resident(ResidentBackend& r, std::span<const std::int64_t> requests, std::span<const std::int32_t> tokens,
+                       std::span<const std::int32_t> positions, const std::vector<std::size_t>* logit_rows,
+                       std::vector<float>& logits);
 
   const EngineWeights& weights_;
   Backend& backend_;
   PagedKvCache& cache_;
   const RunnerTrace* trace_ = nullptr;
   bool reusable_prefill_ = false;
+  std::unique_ptr<Resident> resident_;  // buffers and the page-table mirror, made on the first resident step
 };
 
 }  // namespace kvcheck

@@ -564,6 +564,36 @@ void PagedKvCache::head_pages(std::int64_t request, std::int32_t layer, std::int
   });
 }
 
+void PagedKvCache::head_page_ids(std::int64_t request, std::int32_t layer, std::int32_t head,
+                                 std::vector<std::int32_t>& ids_and_tiers) const {
+  ids_and_tiers.clear();
+  const PagePool& pool = manager_.pool();
+  walk_pages(manager_, request, layer, head, [&](int, std::int64_t, PageId id) {
+    ids_and_tiers.push_back(static_cast<std::int32_t>(id));
+    ids_and_tiers.push_back(static_cast<std::int32_t>(pool.owner(id).tier));
+  });
+}
+
+SlotRef PagedKvCache::write_slot(std::int64_t request, std::int32_t layer, std::int32_t head,
+                                 std::int32_t position) const {
+  const std::optional<SlotRef> slot = manager_.find_slot(request, layer, head, kHighTier, position);
+  if (!slot) {
+    throw std::logic_error(fmt::format("paged KV cache: request {} layer {} head {}: position {} was not reserved",
+                                       request, layer, head, position));
+  }
+  return *slot;
+}
+
+void PagedKvCache::write_token_at(std::int64_t request, std::int32_t layer, std::int32_t head, const SlotRef& slot,
+                                  std::int32_t position, std::span<const float> key, std::span<const float> value) {
+  if (slot != write_slot(request, layer, head, position)) {
+    throw std::logic_error(fmt::format("paged KV cache: request {} layer {} head {}: position {} was reserved in "
+                                       "another slot than the write target (tier {}, page {}, slot {})",
+                                       request, layer, head, position, slot.tier, slot.page_index, slot.slot));
+  }
+  store(request, layer, head, slot, position, key, value);
+}
+
 void PagedKvCache::share_prefix(std::int64_t from, std::int64_t to, std::int64_t tokens) {
   manager_.admit(to);
   try {

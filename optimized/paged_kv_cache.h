@@ -99,6 +99,17 @@ class PagedKvCache {
                    std::span<const float> value);
   // The pages of one head in walk order (into `pages`, which must outlive the returned input's use).
   void head_pages(std::int64_t request, std::int32_t layer, std::int32_t head, std::vector<PageRead>& pages) const;
+  // The same pages as (page id, tier) pairs, flattened: what a resident backend's page table holds
+  // of the head (docs/design.md §15).
+  void head_page_ids(std::int64_t request, std::int32_t layer, std::int32_t head,
+                     std::vector<std::int32_t>& ids_and_tiers) const;
+  // The slot reserved for `position` in a head (what write_token writes); std::logic_error when the
+  // position was not reserved.
+  SlotRef write_slot(std::int64_t request, std::int32_t layer, std::int32_t head, std::int32_t position) const;
+  // write_token for one head, into the slot a resident backend was told (write_slot's): the same
+  // bytes. std::logic_error when `slot` is not the one reserved for `position`.
+  void write_token_at(std::int64_t request, std::int32_t layer, std::int32_t head, const SlotRef& slot,
+                      std::int32_t position, std::span<const float> key, std::span<const float> value);
   std::span<const TierRead> tiers() const { return tier_reads_; }
   // Admits `to` holding references to the pages of `from`'s first `tokens` tokens in every head
   // (UnifiedPageManager::share_prefix: no copy; a later write into a shared page copies it first),

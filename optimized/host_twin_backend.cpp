@@ -1,0 +1,308 @@
+#include "optimized/host_twin_backend.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "optimized/model_runner.h"
+#include "optimized/paged_kv_cache.h"
+
+namespace kvcheck {
+namespace {
+
+std::span<const float> floats_of(const std::vector<float>& v, std::int64_t offset, std::int64_t n) {
+  return std::span<const float>(v).subspan(static_cast<std::size_t>(offset), static_cast<std::size_t>(n));
+}
+
+}  // namespace
+
+// ---- Backend: the host path -------------------------------------------------------------------
+
+void HostTwinBackend::linear(const DenseWeight& w, std::span<const float> x, std::int64_t rows, std::span<float> y) {
+  ++host_path_calls_;
+  cpu_.linear(w, x, rows, y);
+}
+void HostTwinBackend::linear_prefill(const DenseWeight& w, std::span<const float> x, std::int64_t rows,
+                                     std::span<float> y) {
+  ++host_path_calls_;
+  cpu_.linear_prefill(w, x, rows, y);
+}
+void HostTwinBackend::rmsnorm(std::span<const float> x, std::int64_t rows, std::span<const float> weight, double eps,
+                              std::span<float> out) {
+  ++host_path_calls_;
+  cpu_.rmsnorm(x, rows, weight, eps, out);
+}
+void HostTwinBackend::rope(std::span<float> x, std::int64_t rows, std::int64_t heads, std::int64_t head_dim,
+                           std::span<const std::int32_t> positions, std::span<const float> cos_table,
+                           std::span<const float> sin_table) {
+  ++host_path_calls_;
+  cpu_.rope(x, rows, heads, head_dim, positions, cos_table, sin_table);
+}
+void HostTwinBackend::swiglu(std::span<float> gate, std::span<const float> up) {
+  ++host_path_calls_;
+  cpu_.swiglu(gate, up);
+}
+void HostTwinBackend::prefill_attention(const PrefillAttentionInput& in, const PrefillAttentionOutput& out) {
+  ++host_path_calls_;
+  cpu_.prefill_attention(in, out);
+}
+void HostTwinBackend::decode_attention(std::span<const DecodeHeadInput> in, std::span<const DecodeHeadOutput> out) {
+  ++host_path_calls_;
+  cpu_.decode_attention(in, out);
+}
+
+// ---- Memory and crossings ------------------------------------------------------------------------
+
+std::vector<float>& HostTwinBackend::f(DeviceFloats b) {
+  if (b.id < 0 || b.id >= static_cast<int>(floats_.size())) throw std::logic_error("host twin: no such float buffer");
+  return floats_[static_cast<std::size_t>(b.id)];
+}
+std::vector<std::int32_t>& HostTwinBackend::i(DeviceInts b) {
+  if (b.id < 0 || b.id >= static_cast<int>(ints_.size())) throw std::logic_error("host twin: no such int buffer");
+  return ints_[static_cast<std::size_t>(b.id)];
+}
+DeviceFloats HostTwinBackend::new_floats() {
+  floats_.emplace_back();
+  return DeviceFloats{static_cast<int>(floats_.size()) - 1};
+}
+DeviceInts HostTwinBackend::new_ints() {
+  ints_.emplace_back();
+  return DeviceInts{static_cast<int>(ints_.size()) - 1};
+}
+void HostTwinBackend::resize(DeviceFloats b, std::int64_t n) { f(b).resize(static_cast<std::size_t>(n)); }
+void HostTwinBackend::resize(DeviceInts b, std::int64_t n) { i(b).resize(static_cast<std::size_t>(n)); }
+
+void HostTwinBackend::upload(DeviceInts dst, std::span<const std::int32_t> src, Transfer kind) {
+  std::vector<std::int32_t>& d = i(dst);
+  if (d.size() < src.size()) throw std::logic_error("host twin: upload past the buffer's end");
+  std::copy(src.begin(), src.end(), d.begin());
+  ledger_.add(Direction::kToDevice, kind, static_cast<std::int64_t>(src.size_bytes()));
+}
+
+void HostTwinBackend::download(std::span<float> dst, DeviceFloats src, std::int64_t offset, Transfer kind) {
+  const std::vector<float>& s = f(src);
+  if (offset < 0 || offset + static_cast<std::int64_t>(dst.size()) > static_cast<std::int64_t>(s.size())) {
+    throw std::logic_error("host twin: download past the buffer's end");
+  }
+  std::copy_n(s.begin() + offset, dst.size(), dst.begin());
+  ledger_.add(Direction::kToHost, kind, static_cast<std::int64_t>(dst.size_bytes()));
+}
+
+const DenseWeight& HostTwinBackend::device_weight(const DenseWeight& w) {
+  auto it = weights_.find(&w);
+  if (it == weights_.end()) {
+    WeightCopy c;
+    const auto bytes = static_cast<std::size_t>(w.w.bytes());
+    c.bytes.assign(w.w.data, w.w.data + bytes);
+    it = weights_.emplace(&w, std::move(c)).first;
+    it->second.weight.w = w.w;
+    it->second.weight.w.data = it->second.bytes.data();
+    it->second.weight.bias = w.bias;
+    ledger_.add(Direction::kToDevice, Transfer::kWeights,
+                static_cast<std::int64_t>(bytes + w.bias.size() * sizeof(float)));
+  }
+  return it->second.weight;
+}
+
+std::span<const float> HostTwinBackend::device_vector(std::span<const float> v) {
+  auto it = vectors_.find(v.data());
+  if (it == vectors_.end()) {
+    it = vectors_.emplace(v.data(), std::vector<float>(v.begin(), v.end())).first;
+    ledger_.add(Direction::kToDevice, Transfer::kWeights, static_cast<std::int64_t>(v.size_bytes()));
+  }
+  if (it->second.size() != v.size()) throw std::logic_error("host twin: a vector changed size after its upload");
+  return it->second;
+}
+
+const WeightMatrix& HostTwinBackend::device_matrix(const WeightMatrix& m) {
+  auto it = matrices_.find(m.data);
+  if (it == matrices_.end()) {
+    std::vector<std::byte> bytes(m.data, m.data + m.bytes());
+    it = matrices_.emplace(m.data, std::make_pair(std::move(bytes), m)).first;
+    it->second.second.data = it->second.first.data();
+    ledger_.add(Direction::kToDevice, Transfer::kWeights, m.bytes());
+  }
+  return it->second.second;
+}
+
+// ---- Dense operations ------------------------------------------------------------------------
+
+void HostTwinBackend::embed(const WeightMatrix& table, DeviceInts ids, std::int64_t rows, DeviceFloats x) {
+  const WeightMatrix& t = device_matrix(table);
+  const std::vector<std::int32_t>& id = i(ids);
+  std::vector<float>& out = f(x);
+  out.resize(static_cast<std::size_t>(rows * t.cols));
+  for (std::int64_t r = 0; r < rows; ++r) t.widen_row_to(id[static_cast<std::size_t>(r)], out.data() + r * t.cols);
+}
+
+void HostTwinBackend::linear(const DenseWeight& w, DeviceFloats x, std::int64_t rows, DeviceFloats y) {
+  const DenseWeight& dw = device_weight(w);
+  std::vector<float>& out = f(y);
+  out.resize(static_cast<std::size_t>(rows * w.out()));
+  cpu_.linear(dw, floats_of(f(x), 0, rows * w.in()), rows, out);
+}
+
+void HostTwinBackend::rmsnorm(DeviceFloats x, std::int64_t rows, std::span<const float> weight, double eps,
+                              DeviceFloats out) {
+  const std::span<const float> wv = device_vector(weight);
+  const auto n = rows * static_cast<std::int64_t>(weight.size());
+  std::vector<float>& o = f(out);
+  o.resize(static_cast<std::size_t>(n));
+  cpu_.rmsnorm(floats_of(f(x), 0, n), rows, wv, eps, o);
+}
+
+void HostTwinBackend::rope(DeviceFloats x, std::int64_t rows, std::int64_t heads, std::int64_t head_dim,
+                           DeviceInts positions, std::span<const float> cos_table, std::span<const float> sin_table) {
+  const std::span<const float> c = device_vector(cos_table), s = device_vector(sin_table);
+  std::vector<float>& v = f(x);
+  cpu_.rope(std::span<float>(v).first(static_cast<std::size_t>(rows * heads * head_dim)), rows, heads, head_dim,
+            std::span<const std::int32_t>(i(positions)).first(static_cast<std::size_t>(rows)), c, s);
+}
+
+void HostTwinBackend::swiglu(DeviceFloats gate, DeviceFloats up) { cpu_.swiglu(f(gate), f(up)); }
+
+void HostTwinBackend::add(DeviceFloats x, DeviceFloats y) {
+  std::vector<float>& a = f(x);
+  const std::vector<float>& b = f(y);
+  if (b.size() != a.size()) throw std::logic_error("host twin: add of buffers of different sizes");
+  for (std::size_t k = 0; k < a.size(); ++k) a[k] += b[k];
+}
+
+void HostTwinBackend::gather_rows(DeviceFloats x, std::int64_t width, DeviceInts rows, std::int64_t n) {
+  std::vector<float>& v = f(x);
+  const std::vector<std::int32_t>& r = i(rows);
+  for (std::int64_t j = 0; j < n; ++j) {
+    const std::int64_t row = r[static_cast<std::size_t>(j)];
+    if (row == j) continue;
+    std::copy_n(v.begin() + row * width, width, v.begin() + j * width);
+  }
+  v.resize(static_cast<std::size_t>(n * width));
+}
+
+void HostTwinBackend::rotate(const KvPolicy& policy, RotatedPart part, DeviceFloats x, std::int64_t head_dim) {
+  policy.rotate(part, f(x), head_dim);
+}
+
+// ---- The KV side ------------------------------------------------------------------------------
+
+void HostTwinBackend::apply_table_deltas(DeviceInts deltas, std::int64_t ints) {
+  const std::vector<std::int32_t>& d = i(deltas);
+  std::int64_t at = 0;
+  while (at < ints) {
+    if (at + kTableRecordHeader > ints) throw std::logic_error("host twin: a truncated page-table delta");
+    const auto* r = d.data() + at;
+    const std::int64_t request =
+        static_cast<std::int64_t>(static_cast<std::uint64_t>(static_cast<std::uint32_t>(r[0])) |
+                                  (static_cast<std::uint64_t>(static_cast<std::uint32_t>(r[1])) << 32));
+    const std::int64_t n = r[4];
+    if (n < 0 || at + kTableRecordHeader + 2 * n > ints) throw std::logic_error("host twin: a bad page-table delta");
+    table_[TableKey{request, r[2], r[3]}].assign(r + kTableRecordHeader, r + kTableRecordHeader + 2 * n);
+    at += kTableRecordHeader + 2 * n;
+  }
+}
+
+std::int64_t HostTwinBackend::row_request(DeviceInts row_requests, std::int64_t r) {
+  const std::vector<std::int32_t>& v = i(row_requests);
+  return static_cast<std::int64_t>(static_cast<std::uint64_t>(static_cast<std::uint32_t>(v[static_cast<std::size_t>(2 * r)])) |
+                                   (static_cast<std::uint64_t>(static_cast<std::uint32_t>(v[static_cast<std::size_t>(2 * r + 1)]))
+                                    << 32));
+}
+
+void HostTwinBackend::write_kv(PagedKvCache& cache, std::int32_t layer, std::int64_t layers, std::int64_t rows,
+                               DeviceInts row_requests, DeviceInts positions, DeviceInts targets, DeviceFloats k,
+                               DeviceFloats v) {
+  const std::vector<std::int32_t>& pos = i(positions);
+  const std::vector<std::int32_t>& t = i(targets);
+  const std::vector<float>& keys = f(k);
+  const std::vector<float>& values = f(v);
+  const std::int64_t kv_dim = static_cast<std::int64_t>(keys.size()) / std::max<std::int64_t>(rows, 1);
+  const std::int64_t heads = static_cast<std::int64_t>(t.size()) / std::max<std::int64_t>(rows * layers * kWriteTargetInts, 1);
+  const std::int64_t d = kv_dim / std::max<std::int64_t>(heads, 1);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t request = row_request(row_requests, r);
+    for (std::int32_t h = 0; h < heads; ++h) {
+      const std::int32_t* at = t.data() + ((r * layers + layer) * heads + h) * kWriteTargetInts;
+      const SlotRef slot{at[0], at[1], at[2]};
+      cache.write_token_at(request, layer, h, slot, pos[static_cast<std::size_t>(r)], floats_of(keys, r * kv_dim + h * d, d),
+                           floats_of(values, r * kv_dim + h * d, d));
+    }
+  }
+}
+
+void HostTwinBackend::decode_attention(const PagedKvCache& cache, const KvPolicy& policy, const ResidentAttention& a,
+                                       ResidentAttentionTrace* trace) {
+  const PagePool& pool = cache.manager().pool();
+  const std::int64_t heads_total = a.rows * a.kv_heads;
+  const auto group_floats = static_cast<std::size_t>(a.group * a.head_dim);
+  const std::vector<float>& q = f(a.q);
+  std::vector<float>& out = f(a.out);
+  out.resize(q.size());
+  std::vector<std::vector<PageRead>> pages(static_cast<std::size_t>(heads_total));
+  std::vector<std::vector<std::size_t>> chosen(policy.selects_pages() ? pages.size() : 0);
+  std::vector<DecodeHeadInput> in(pages.size());
+  std::vector<DecodeHeadOutput> outs(pages.size());
+  std::vector<std::vector<float>> probs(a.slot_max ? pages.size() : 0);
+  for (std::int64_t r = 0; r < a.rows; ++r) {
+    const std::int64_t request = row_request(a.row_requests, r);
+    for (std::int32_t h = 0; h < a.kv_heads; ++h) {
+      const auto k = static_cast<std::size_t>(r * a.kv_heads + h);
+      const auto it = table_.find(TableKey{request, a.layer, h});
+      if (it == table_.end()) {
+        throw std::logic_error(fmt::format("host twin: no page-table row for request {} layer {} head {}", request,
+                                           a.layer, h));
+      }
+      for (std::size_t p = 0; p + 1 < it->second.size(); p += 2) {
+        const PageId id = it->second[p];
+        pages[k].push_back(PageRead{pool.bytes(id).data(), pool.live_mask(id), it->second[p + 1]});
+      }
+      const std::size_t qa = k * group_floats;
+      const std::span<const float> group_q = std::span<const float>(q).subspan(qa, group_floats);
+      if (policy.selects_pages()) select_read_pages(policy, cache.tiers(), a.head_dim, a.group, group_q, pages[k], chosen[k]);
+      in[k].head_dim = a.head_dim;
+      in[k].group = a.group;
+      in[k].scale = a.scale;
+      in[k].tiers = cache.tiers();
+      in[k].pages = pages[k];
+      in[k].q = group_q;
+      outs[k].out = std::span<float>(out).subspan(qa, group_floats);
+      if (a.slot_max) {
+        probs[k].resize(static_cast<std::size_t>(a.group * decode_slots(in[k])));
+        outs[k].probs = probs[k];
+      }
+    }
+  }
+  cpu_.decode_attention(in, outs);
+  slot_max_.assign(probs.size(), {});
+  for (std::size_t k = 0; k < probs.size(); ++k) {
+    // Per slot, the maximum over the group's query heads (as the runner's host path takes it).
+    const std::size_t slots = probs[k].size() / static_cast<std::size_t>(a.group);
+    std::vector<float>& m = slot_max_[k];
+    m.assign(probs[k].begin(), probs[k].begin() + static_cast<std::ptrdiff_t>(slots));
+    for (std::int64_t g = 1; g < a.group; ++g) {
+      for (std::size_t j = 0; j < slots; ++j) m[j] = std::max(m[j], probs[k][static_cast<std::size_t>(g) * slots + j]);
+    }
+  }
+  if (trace) {
+    trace->slot_max = slot_max_;
+    trace->pages_read = chosen;
+    std::int64_t bytes = 0;
+    for (const auto& m : slot_max_) bytes += static_cast<std::int64_t>(m.size() * sizeof(float));
+    for (const auto& c : chosen) bytes += static_cast<std::int64_t>(c.size() * sizeof(std::int32_t));
+    ledger_.add(Direction::kToHost, Transfer::kTrace, bytes);
+  }
+}
+
+void HostTwinBackend::add_scores(PagedKvCache& cache, const ResidentAttention& a) {
+  if (static_cast<std::int64_t>(slot_max_.size()) != a.rows * a.kv_heads) {
+    throw std::logic_error("host twin: add_scores without the slot maxima of the same decode attention");
+  }
+  for (std::int64_t r = 0; r < a.rows; ++r) {
+    for (std::int32_t h = 0; h < a.kv_heads; ++h) {
+      cache.add_scores(row_request(a.row_requests, r), a.layer, h, slot_max_[static_cast<std::size_t>(r * a.kv_heads + h)]);
+    }
+  }
+}
+
+}  // namespace kvcheck
