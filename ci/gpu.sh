@@ -7,7 +7,14 @@
 #   ./ci/gpu.sh --prebuilt .gpu      run what ci/gpu-pack.sh packed (a GPU machine without the
 #                                    Debian packages: the packed loader and libraries run it)
 #   ./ci/gpu.sh --out DIR            logs and benchmark JSON into DIR (default $OUT or gpu-out)
-# KVCHECK_GPU_TIMEOUT (seconds, default 1800) bounds each suite; one that runs out reads rc=124.
+#   ./ci/gpu.sh --quick [...]        the short check (about 5 minutes of device time, issue 49): the
+#                                    GPU suite with short properties beside compute-sanitizer
+#                                    memcheck, decode attention per format at 4K and 32K x batch 1,
+#                                    16, 64 against the same run's device-to-device copy, the
+#                                    compaction benchmark, kvcheck bench --workload chat --device
+#                                    cuda; then OUT/quick.json (format kvcheck-gpu-quick, docs/gpu.md)
+# KVCHECK_GPU_TIMEOUT (seconds, default 1800; --quick: 150) bounds each suite; one that runs out
+# reads rc=124.
 #
 # The sanitizer runs shorten the properties (RC_PARAMS max_success) because every kernel launch
 # is instrumented, and leave out the embedded-model engine test (six policies of whole generations:
@@ -17,10 +24,12 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 prebuilt=""
+quick=0
 out=${OUT:-gpu-out}
 while [[ $# -gt 0 ]]; do
   case $1 in
     --prebuilt) prebuilt=$2; shift 2 ;;
+    --quick) quick=1; shift ;;
     --out) out=$2; shift 2 ;;
     *) echo "ci/gpu.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -60,6 +69,37 @@ suite() {  # name, then the command; writes $out/<name>.result: pass/fail, secon
   sanitizer=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -1)
   echo "rc=$rc $((SECONDS - start))s ${counts} ${sanitizer}" >"$out/$name.result"
 }
+
+if [[ $quick == 1 ]]; then
+  export KVCHECK_GPU_TIMEOUT=${KVCHECK_GPU_TIMEOUT:-150}
+  git rev-parse HEAD >"$out/commit.txt" 2>/dev/null || echo unknown >"$out/commit.txt"
+  short=(env RC_PARAMS="seed=20261122 max_success=10")
+  suite gpu-tests "${short[@]}" "${loader[@]}" "$bin/kvcheck_gpu_tests" &
+  if command -v compute-sanitizer >/dev/null; then
+    suite sanitize-memcheck "${short[@]}" compute-sanitizer --tool memcheck --error-exitcode 1 \
+      "${loader[@]}" "$bin/kvcheck_gpu_tests" --gtest_filter=-EngineGpu.EmbeddedModelTokensEqualTheCpuBackend &
+  else
+    echo "skipped: compute-sanitizer not on PATH" >"$out/sanitize-memcheck.result"
+  fi
+  wait
+  suite bench-attention "${loader[@]}" "$bin/kvcheck_bench_attention" \
+    --benchmark_filter='BM_DecodeAttentionCuda/[^/]+/ctx:(4096|32768)/batch:(1|16|64)($|/)' \
+    --benchmark_out="$out/bench-attention.json" --benchmark_out_format=json
+  suite bench-pages "${loader[@]}" "$bin/kvcheck_bench_pages" --benchmark_filter=Gpu --benchmark_out="$out/bench-pages.json" \
+    --benchmark_out_format=json
+  suite bench-serving "${loader[@]}" "$bin/kvcheck" bench --workload chat --requests 32 --device cuda \
+    --json "$out/bench-serving.json"
+  python3 ci/gpu_quick_json.py "$out" || echo "ci/gpu.sh: python3 could not assemble $out/quick.json"
+  echo
+  echo "== ci/gpu.sh --quick summary (logs in $out) =="
+  status=0
+  for name in gpu-tests sanitize-memcheck bench-attention bench-pages bench-serving; do
+    r=$(cat "$out/$name.result" 2>/dev/null || echo "not run")
+    printf '%-20s %s\n' "$name" "$r"
+    [[ $r == rc=0* || $r == skipped* ]] || status=1
+  done
+  exit $status
+fi
 
 suite gpu-tests "${loader[@]}" "$bin/kvcheck_gpu_tests"
 # The four sanitizer tools run side by side (each is its own process on the one device).
