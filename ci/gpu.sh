@@ -89,11 +89,17 @@ if [[ $quick == 1 ]]; then
     --benchmark_out_format=json
   suite bench-serving "${loader[@]}" "$bin/kvcheck" bench --workload chat --requests 32 --device cuda \
     --json "$out/bench-serving.json"
+  # The PyTorch peer and the read stream, in their own process (bench/peer_sdpa.py).
+  if python3 -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+    suite peer-sdpa python3 bench/peer_sdpa.py --out "$out/peer-sdpa.json"
+  else
+    echo "skipped: python3 has no torch with CUDA" >"$out/peer-sdpa.result"
+  fi
   python3 ci/gpu_quick_json.py "$out" || echo "ci/gpu.sh: python3 could not assemble $out/quick.json"
   echo
   echo "== ci/gpu.sh --quick summary (logs in $out) =="
   status=0
-  for name in gpu-tests sanitize-memcheck bench-attention bench-pages bench-serving; do
+  for name in gpu-tests sanitize-memcheck bench-attention bench-pages bench-serving peer-sdpa; do
     r=$(cat "$out/$name.result" 2>/dev/null || echo "not run")
     printf '%-20s %s\n' "$name" "$r"
     [[ $r == rc=0* || $r == skipped* ]] || status=1

@@ -11,7 +11,7 @@ import pathlib
 import re
 import sys
 
-PARTS = ["gpu-tests", "sanitize-memcheck", "bench-attention", "bench-pages", "bench-serving"]
+PARTS = ["gpu-tests", "sanitize-memcheck", "bench-attention", "bench-pages", "bench-serving", "peer-sdpa"]
 ATTENTION = re.compile(r"^BM_DecodeAttentionCuda/(?P<tiers>[^/]+)/ctx:(?P<ctx>\d+)/batch:(?P<batch>\d+)(?P<one>/one-block)?"
                        r"(?:/iterations:\d+)?(?:/manual_time)?$")
 
@@ -39,9 +39,13 @@ def assemble(out):
            "device": (out / "device.txt").read_text().strip() if (out / "device.txt").exists() else "unknown",
            "commit": (out / "commit.txt").read_text().strip() if (out / "commit.txt").exists() else "unknown",
            "parts": [part(out, n) for n in PARTS],
-           "decode_attention": [], "compaction": [], "serving": None,
-           "not_measured": ["a read-stream baseline beside the device-to-device copy",
-                            "a PyTorch SDPA peer row"]}
+           "decode_attention": [], "compaction": [], "serving": None, "peer": None}
+    try:
+        doc["peer"] = json.loads((out / "peer-sdpa.json").read_text())
+    except (OSError, ValueError):
+        doc["peer"] = None
+    doc["not_measured"] = [] if doc["peer"] else ["a read-stream baseline beside the device-to-device copy",
+                                                  "a PyTorch SDPA peer row"]
     for b in benchmarks(out / "bench-attention.json"):
         m = ATTENTION.match(b.get("name", ""))
         if not m or b.get("error_occurred"):
@@ -76,10 +80,14 @@ def self_test():
              "copy_GBps": 3000.0, "vs_copy_bw": 0.1, "stored_MiB": 64.0},
             {"name": "BM_DecodeAttention/fp16", "real_time": 1.0}]}))
         doc = assemble(out)
+        no_peer = doc["peer"] is None and len(doc["not_measured"]) == 2
+        (out / "peer-sdpa.json").write_text(json.dumps({"format": "kvcheck-peer-sdpa", "read_GBps": 3500.0, "rows": []}))
+        with_peer = assemble(out)
+        no_peer = no_peer and with_peer["peer"]["read_GBps"] == 3500.0 and with_peer["not_measured"] == []
         ok = (doc["parts"][0] == {"name": "gpu-tests", "ran": True, "rc": 0, "seconds": 61, "result": "PASSED 120 tests.;"}
               and not doc["parts"][1]["ran"] and len(doc["decode_attention"]) == 2
               and doc["decode_attention"][0]["GBps"] == 750.0 and doc["decode_attention"][1]["kernel"] == "one-block"
-              and doc["decode_attention"][1]["context"] == 32768)
+              and doc["decode_attention"][1]["context"] == 32768 and no_peer)
         print("self-test:", "passed" if ok else f"FAILED: {json.dumps(doc, indent=1)}")
         return 0 if ok else 1
 
