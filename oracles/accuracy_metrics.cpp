@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -163,6 +164,39 @@ MeanStderr mean_and_stderr(std::span<const double> values) {
   for (const double v : values) ss += (v - r.mean) * (v - r.mean);
   r.stderr_of_mean = std::sqrt(ss / (n - 1.0)) / std::sqrt(n);
   return r;
+}
+
+namespace {
+
+// The ids of the k largest logits (NaN below everything, ties to the lower id), sorted by id.
+std::vector<std::int64_t> top_ids(std::span<const float> logits, std::int64_t k) {
+  std::vector<std::int64_t> ids(logits.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>(i);
+  const auto above = [&](std::int64_t a, std::int64_t b) {
+    const float x = logits[static_cast<std::size_t>(a)], y = logits[static_cast<std::size_t>(b)];
+    const bool nx = std::isnan(x), ny = std::isnan(y);
+    if (nx != ny) return ny;  // a number ranks above NaN
+    if (nx) return a < b;     // two NaN: by id
+    return x > y || (x == y && a < b);
+  };
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), above);
+  ids.resize(static_cast<std::size_t>(k));
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+}  // namespace
+
+double topk_agreement(std::span<const float> ref, std::span<const float> other, std::int64_t k) {
+  if (ref.size() != other.size()) throw std::invalid_argument("topk_agreement: the two logits rows differ in size");
+  if (k < 1 || k > static_cast<std::int64_t>(ref.size())) {
+    throw std::invalid_argument("topk_agreement: k must be in [1, vocab = " + std::to_string(ref.size()) + "], got " +
+                                std::to_string(k));
+  }
+  const std::vector<std::int64_t> a = top_ids(ref, k), b = top_ids(other, k);
+  std::vector<std::int64_t> both;
+  std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(both));
+  return static_cast<double>(both.size()) / static_cast<double>(k);
 }
 
 PositionComparison compare_position(std::span<const float> ref, std::span<const float> other) {

@@ -38,6 +38,10 @@ std::int32_t top_token(std::span<const double> logits);
 // P_ref gives mass and P_other gives none (logit -inf) makes it +inf. Never negative (rounding
 // below zero is clamped to 0). std::invalid_argument when the rows differ in size or are empty.
 double kl_divergence(std::span<const float> ref_logits, std::span<const float> other_logits);
+// Top-k agreement at one position: |top_k(ref) ∩ top_k(other)| / k, where top_k is the k largest
+// logits, equal logits ranked by the lower token id and NaN below everything. k = 1 is 1 when the
+// top tokens agree. std::invalid_argument unless 1 <= k <= vocab and the spans have one size.
+double topk_agreement(std::span<const float> ref_logits, std::span<const float> other_logits, std::int64_t k);
 double kl_divergence(std::span<const double> ref_logits, std::span<const double> other_logits);
 
 // ---- perplexity ------------------------------------------------------------------------------

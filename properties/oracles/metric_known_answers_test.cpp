@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <stdexcept>
 #include <vector>
 
 #include "oracles/accuracy_metrics.h"
@@ -19,6 +20,22 @@ constexpr double kTol = 1e-12;
 // Logits ln(1), ln(2), ln(1): P = (1/4, 1/2, 1/4). Logits 0, 0, 0: Q = (1/3, 1/3, 1/3).
 const std::vector<double> kRef = {0.0, std::log(2.0), 0.0};
 const std::vector<double> kUniform3 = {0.0, 0.0, 0.0};
+
+TEST(MetricKnownAnswers, TopkAgreementIsTheOverlapOfTheKLargest) {
+  // ref ranks 3, 1, 0, 2 (logits 2, 5, 1, 9); other ranks 1, 3, 2, 0.
+  const std::vector<float> ref = {2.0f, 5.0f, 1.0f, 9.0f}, other = {0.0f, 8.0f, 1.0f, 7.0f};
+  EXPECT_EQ(topk_agreement(ref, other, 1), 0.0);        // 3 against 1
+  EXPECT_EQ(topk_agreement(ref, other, 2), 1.0);        // {3, 1} against {1, 3}
+  EXPECT_EQ(topk_agreement(ref, other, 3), 2.0 / 3.0);  // {3, 1, 0} against {1, 3, 2}
+  EXPECT_EQ(topk_agreement(ref, other, 4), 1.0);
+  // Equal logits rank by the lower id; NaN ranks below every number.
+  const std::vector<float> tied = {1.0f, 1.0f, 1.0f, 0.0f}, nan_first = {std::nanf(""), 1.0f, 1.0f, 0.0f};
+  EXPECT_EQ(topk_agreement(tied, std::vector<float>{0.0f, 0.0f, 5.0f, 0.0f}, 2), 0.5);  // {0, 1} against {2, 0}
+  EXPECT_EQ(topk_agreement(nan_first, std::vector<float>{0.0f, 3.0f, 2.0f, 1.0f}, 3), 1.0);  // {1, 2, 3} both
+  EXPECT_THROW(topk_agreement(ref, other, 0), std::invalid_argument);
+  EXPECT_THROW(topk_agreement(ref, other, 5), std::invalid_argument);
+  EXPECT_THROW(topk_agreement(ref, std::vector<float>{1.0f}, 1), std::invalid_argument);
+}
 
 TEST(MetricKnownAnswers, KlIsRefAgainstOtherInNats) {
   // KL(P ‖ Q) = 1/4 ln(3/4) + 1/2 ln(3/2) + 1/4 ln(3/4) = 1/2 ln(9/8).

@@ -17,6 +17,7 @@ from ._kvcheck import (  # noqa: F401
     dequantize,
     kl_divergence,
     quantize,
+    topk_agreement,
 )
 from ._kvcheck import gate as _gate
 from ._kvcheck import check_decode_step as _check_decode_step
@@ -25,7 +26,7 @@ from ._kvcheck import _check_quantized
 __all__ = [
     "BoundViolation", "OracleViolation", "PageManagerModel", "Quantized", "ReferenceModel", "StepCheck",
     "attention", "bound", "check_decode_step", "check_quantized", "compare_logits", "dequantize", "gate",
-    "kl_divergence", "quantize",
+    "kl_divergence", "quantize", "topk_agreement",
 ]
 
 

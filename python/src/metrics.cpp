@@ -101,6 +101,21 @@ void bind_metrics(nb::module_& m) {
         return numpy_f64(std::move(kl), {p.positions});
       }, nb::arg("ref_logits").none(), nb::arg("logits").none(),
       "KL(P_ref || P) per position (float64 [positions]) of two logits arrays [positions, vocab] (float32).");
+  m.def("topk_agreement", [](nb::handle ref, nb::handle other, std::int64_t k) {
+        const char* fn = "kvcheck.topk_agreement";
+        LogitPair p = logit_pair(ref, other, fn);
+        if (k < 1 || k > p.vocab) {
+          raise_value(std::string(fn) + ": k must be in [1, vocab = " + std::to_string(p.vocab) + "], got " + std::to_string(k));
+        }
+        std::vector<double> agree(static_cast<std::size_t>(p.positions));
+        for (std::int64_t i = 0; i < p.positions; ++i) {
+          agree[static_cast<std::size_t>(i)] = topk_agreement(p.ref_row(i), p.other_row(i), k);
+        }
+        return numpy_f64(std::move(agree), {p.positions});
+      }, nb::arg("ref_logits").none(), nb::arg("logits").none(), nb::arg("k"),
+      "Top-k agreement per position (float64 [positions]): the share of the reference's k largest "
+      "logits that are also among the other's k largest (equal logits ranked by the lower id); "
+      "its mean is the agreement. k = 1 is top-1 agreement.");
   m.def("compare_logits", [](nb::handle ref, nb::handle other, nb::handle targets) {
         return summarize(logit_pair(ref, other, "kvcheck.compare_logits"), targets, "kvcheck.compare_logits");
       }, nb::arg("ref_logits").none(), nb::arg("logits").none(), nb::arg("targets") = nb::none(),

@@ -57,3 +57,22 @@ def test_gate_verdict_uses_the_report_tolerances():
     assert bad["regressions"][0]["allowed"] == pytest.approx(kl / 1.06 * 1.05 + 1e-7)
     worse = kvcheck.gate(ref, other, targets, baseline_kl_mean=kl, baseline_perplexity_ratio=ratio / 1.01)
     assert [r["metric"] for r in worse["regressions"]] == ["perplexity_ratio"]
+
+
+def test_topk_agreement_is_the_overlap_of_the_k_largest():
+    rng = np.random.default_rng(11)
+    print("seed 11")
+    ref = rng.standard_normal((64, 40)).astype(np.float32)
+    other = (ref + 0.5 * rng.standard_normal((64, 40))).astype(np.float32)
+    for k in (1, 5, 40):
+        got = kvcheck.topk_agreement(ref, other, k)
+        top_ref = np.argsort(-ref, axis=1, kind="stable")[:, :k]
+        top_oth = np.argsort(-other, axis=1, kind="stable")[:, :k]
+        want = [len(set(a) & set(b)) / k for a, b in zip(top_ref, top_oth)]
+        np.testing.assert_allclose(got, want, rtol=0, atol=0)
+    np.testing.assert_array_equal(kvcheck.topk_agreement(ref, other, 1), (ref.argmax(1) == other.argmax(1)).astype(float))
+    assert kvcheck.topk_agreement(ref, other, 40).min() == 1.0
+    with pytest.raises(ValueError, match="k must be in"):
+        kvcheck.topk_agreement(ref, other, 41)
+    with pytest.raises(ValueError, match="k must be in"):
+        kvcheck.topk_agreement(ref, other, 0)
