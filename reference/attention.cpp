@@ -17,21 +17,6 @@ namespace {
 
 using MatrixRef = Eigen::Ref<const MatrixRMd>;
 
-void check_shapes(const MatrixRef& q, const MatrixRef& k, const MatrixRef& v, std::span<const std::int64_t> q_pos,
-                  std::span<const std::int64_t> k_pos, const AttentionShape& s) {
-  if (s.n_heads <= 0 || s.n_kv_heads <= 0 || s.head_dim <= 0 || s.n_heads % s.n_kv_heads != 0) {
-    throw std::invalid_argument(fmt::format("attention_ref: bad head counts (heads {}, kv heads {}, head_dim {})",
-                                            s.n_heads, s.n_kv_heads, s.head_dim));
-  }
-  if (q.cols() != s.n_heads * s.head_dim || k.cols() != s.n_kv_heads * s.head_dim || v.cols() != k.cols() ||
-      v.rows() != k.rows() || static_cast<Eigen::Index>(q_pos.size()) != q.rows() ||
-      static_cast<Eigen::Index>(k_pos.size()) != k.rows()) {
-    throw std::invalid_argument(fmt::format("attention_ref: shapes disagree (q {}x{}, k {}x{}, v {}x{}, {} q_pos, {} k_pos)",
-                                            q.rows(), q.cols(), k.rows(), k.cols(), v.rows(), v.cols(),
-                                            q_pos.size(), k_pos.size()));
-  }
-}
-
 bool visible(std::int64_t qp, std::int64_t kp, std::int64_t window) {
   return kp <= qp && (window <= 0 || qp - kp < window);
 }
@@ -211,10 +196,25 @@ Eigen::Index attend_block(const Problem& pr, std::int64_t h, const Block& qb, Ma
 
 }  // namespace
 
+void check_attention_shapes(const char* who, const MatrixRef& q, const MatrixRef& k, const MatrixRef& v,
+                            std::span<const std::int64_t> q_pos, std::span<const std::int64_t> k_pos, const AttentionShape& s) {
+  if (s.n_heads <= 0 || s.n_kv_heads <= 0 || s.head_dim <= 0 || s.n_heads % s.n_kv_heads != 0) {
+    throw std::invalid_argument(fmt::format("{}: bad head counts (heads {}, kv heads {}, head_dim {})", who, s.n_heads,
+                                            s.n_kv_heads, s.head_dim));
+  }
+  if (q.cols() != s.n_heads * s.head_dim || k.cols() != s.n_kv_heads * s.head_dim || v.cols() != k.cols() ||
+      v.rows() != k.rows() || static_cast<Eigen::Index>(q_pos.size()) != q.rows() ||
+      static_cast<Eigen::Index>(k_pos.size()) != k.rows()) {
+    throw std::invalid_argument(fmt::format("{}: shapes disagree (q {}x{}, k {}x{}, v {}x{}, {} q_pos, {} k_pos)", who,
+                                            q.rows(), q.cols(), k.rows(), k.cols(), v.rows(), v.cols(), q_pos.size(),
+                                            k_pos.size()));
+  }
+}
+
 MatrixRMd attention_ref(const MatrixRef& q, const MatrixRef& k, const MatrixRef& v,
                         std::span<const std::int64_t> q_pos, std::span<const std::int64_t> k_pos,
                         const AttentionShape& shape, const AttentionProbsFn& on_probs, int threads) {
-  check_shapes(q, k, v, q_pos, k_pos, shape);
+  check_attention_shapes("attention_ref", q, k, v, q_pos, k_pos, shape);
   const std::int64_t d = shape.head_dim;
   Problem pr{q, k, v, q_pos, k_pos, shape, 1.0 / std::sqrt(static_cast<double>(d)), make_blocks(q_pos),
              make_blocks(k_pos), {}};

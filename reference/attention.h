@@ -46,6 +46,12 @@ MatrixRMd attention_ref(const Eigen::Ref<const MatrixRMd>& q, const Eigen::Ref<c
                         std::span<const std::int64_t> q_pos, std::span<const std::int64_t> k_pos,
                         const AttentionShape& shape, const AttentionProbsFn& on_probs = {}, int threads = 1);
 
+// The shape checks attention_ref makes, for the other exact attentions (oracles/attention_rowwise.h):
+// std::invalid_argument, its message starting with `who`, on bad head counts or shapes that disagree.
+void check_attention_shapes(const char* who, const Eigen::Ref<const MatrixRMd>& q, const Eigen::Ref<const MatrixRMd>& k,
+                            const Eigen::Ref<const MatrixRMd>& v, std::span<const std::int64_t> q_pos,
+                            std::span<const std::int64_t> k_pos, const AttentionShape& shape);
+
 // Rows (queries) and keys per block of attention_ref.
 inline constexpr std::int64_t kAttentionBlock = 128;
 
