@@ -80,14 +80,14 @@ def self_test():
              "copy_GBps": 3000.0, "vs_copy_bw": 0.1, "stored_MiB": 64.0},
             {"name": "BM_DecodeAttention/fp16", "real_time": 1.0}]}))
         doc = assemble(out)
-        no_peer = doc["peer"] is None and len(doc["not_measured"]) == 2
+        peer_absent = doc["peer"] is None and len(doc["not_measured"]) == 2
         (out / "peer-sdpa.json").write_text(json.dumps({"format": "kvcheck-peer-sdpa", "read_GBps": 3500.0, "rows": []}))
         with_peer = assemble(out)
-        no_peer = no_peer and with_peer["peer"]["read_GBps"] == 3500.0 and with_peer["not_measured"] == []
+        peer_read = with_peer["peer"]["read_GBps"] == 3500.0 and with_peer["not_measured"] == []
         ok = (doc["parts"][0] == {"name": "gpu-tests", "ran": True, "rc": 0, "seconds": 61, "result": "PASSED 120 tests.;"}
               and not doc["parts"][1]["ran"] and len(doc["decode_attention"]) == 2
               and doc["decode_attention"][0]["GBps"] == 750.0 and doc["decode_attention"][1]["kernel"] == "one-block"
-              and doc["decode_attention"][1]["context"] == 32768 and no_peer)
+              and doc["decode_attention"][1]["context"] == 32768 and peer_absent and peer_read)
         print("self-test:", "passed" if ok else f"FAILED: {json.dumps(doc, indent=1)}")
         return 0 if ok else 1
 
