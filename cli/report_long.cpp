@@ -460,10 +460,9 @@ int run_long_report(const ReportArgs& args) {
     fmt::print(stderr, "kvcheck report: reference over {} windows ({} from the cache, {:.1f} s), {} configurations x {} lengths\n",
                total_windows, cached_windows, ref_s, configs.size(), lengths.size());
   }
-  // Every configuration at every length. Per length, the prompts' prefill is computed once per
-  // distinct rotation (ModelRunner::capture_prefill, on the full-fp32 engine) and every
-  // configuration of that rotation stores it (the same bits as its own prefill); the captures of
-  // one length and rotation are held together, then freed.
+  // Every configuration at every length. Per length, each prompt's prefill is computed once
+  // (ModelRunner::capture_prefill, on the full-fp32 engine) and every configuration stores it (the
+  // same bits as its own prefill); the captures of one length are held together, then freed.
   const std::size_t n_depths = mode.depths.size();
   std::vector<ConfigAccum> accum(configs.size());
   std::map<std::string, std::string> run_specs;  // spec -> with its FP8 calibration resolved
@@ -475,47 +474,35 @@ int run_long_report(const ReportArgs& args) {
     for (std::size_t li = 0; li < lengths.size(); ++li) {
       LengthInputs& in = lengths[li];
       const std::int64_t P = in.length - mode.continuation;
-      // Each configuration's spec at this length, and the capture (rotation) it can start from.
+      // Each configuration's spec at this length; one capture per prompt serves them all.
       std::vector<std::string> specs(configs.size());
-      std::vector<PrefillCaptureOptions> groups(1);  // groups[0]: unrotated (full-fp32's)
-      std::vector<std::size_t> group_of(configs.size());
+      PrefillCaptureOptions options;
       for (std::size_t k = 0; k < configs.size(); ++k) {
         const LongConfig& cfg = configs[k];
         const std::string spec = cfg.fraction ? spec_at_length(cfg.spec, *cfg.fraction, in.length, c, run.page_bytes) : cfg.spec;
         if (!run_specs.contains(spec)) run_specs[spec] = resolve_fp8_calibration(model, dir, run, spec);
         specs[k] = run_specs[spec];
-        const std::unique_ptr<KvPolicy> policy = make_policy(specs[k]);
-        std::size_t g = 0;
-        while (g < groups.size() && !groups[g].cover(*policy)) ++g;
-        if (g == groups.size()) {
-          groups.emplace_back();
-          groups.back().rotation = policy->rotation();
-          groups.back().cover(*policy);
-        }
-        group_of[k] = g;
+        options.cover(*make_policy(specs[k]));
       }
-      for (std::size_t g = 0; g < groups.size(); ++g) {
+      {
         std::vector<PrefillCapture> window_captures, item_captures;
         for (const Prompt& w : in.windows) {
           window_captures.push_back(full->runner->capture_prefill(
-              std::span<const std::int32_t>(w.tokens).first(static_cast<std::size_t>(P)), groups[g]));
+              std::span<const std::int32_t>(w.tokens).first(static_cast<std::size_t>(P)), options));
         }
-        for (const RetrievalCase& rc : in.items) item_captures.push_back(full->runner->capture_prefill(rc.prompt, groups[g]));
-        if (g == 0) {
-          // The full-precision engine's own greedy answers: a policy is also judged against what the
-          // model could do uncompressed (a small model misses some items at full precision).
-          for (std::size_t i = 0; i < in.items.size(); ++i) {
-            EngineGenerateOptions eg;
-            eg.max_new_tokens = static_cast<std::int64_t>(in.items[i].answer.size());
-            eg.stop_at_eos = false;
-            eg.prefill = &item_captures[i];
-            in.full_precision.push_back(engine_generate(*full, 0, in.items[i].prompt, eg).generated);
-          }
+        for (const RetrievalCase& rc : in.items) item_captures.push_back(full->runner->capture_prefill(rc.prompt, options));
+        // The full-precision engine's own greedy answers: a policy is also judged against what the
+        // model could do uncompressed (a small model misses some items at full precision).
+        for (std::size_t i = 0; i < in.items.size(); ++i) {
+          EngineGenerateOptions eg;
+          eg.max_new_tokens = static_cast<std::int64_t>(in.items[i].answer.size());
+          eg.stop_at_eos = false;
+          eg.prefill = &item_captures[i];
+          in.full_precision.push_back(engine_generate(*full, 0, in.items[i].prompt, eg).generated);
         }
         std::vector<const PrefillCapture*> oracle_prefills;
         for (const PrefillCapture& pc : window_captures) oracle_prefills.push_back(&pc);
         for (std::size_t k = 0; k < configs.size(); ++k) {
-          if (group_of[k] != g) continue;
           const auto t_cfg = std::chrono::steady_clock::now();
           ConfigAccum& acc = accum[k];
           std::unique_ptr<Engine> engine = make_engine(model, single_request_engine_options(run, specs[k]));

@@ -59,7 +59,7 @@ std::vector<LongConfig> long_configs(const std::vector<std::string>& policies, c
 // The default policies of --long: every registered policy and the variants the papers' claims
 // compare (keys vs values bits at equal bytes, rotation, KIVI-2 vs per-token INT2, calibrated FP8);
 // of --long --quick (the gate's size): twelve, one per kind of cache (formats, mixed, residual,
-// evicting, selecting), none rotating, so one shared prefill per prompt serves them all.
+// evicting, selecting). One shared prefill per prompt serves every configuration.
 std::vector<std::string> long_default_policies(bool quick);
 
 int run_long_report(const ReportArgs& args);

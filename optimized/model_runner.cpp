@@ -131,15 +131,20 @@ struct ModelRunner::PromptPass {
   std::int64_t request = -1;  // for the reusable read-back
   std::int64_t first = 0;     // > 0: reusable mode, positions 0 .. first-1 cached
   bool reusable = false;
-  // The basis attention runs in (a no-op without a rotation).
+  // The policy's rotation (a no-op without one): of the rows it stores, and in reusable mode of
+  // the attention too, which then reads the stored (rotated) rows back. The non-reusable prefill
+  // attends over the unrotated rows and rotates copies for the store, so that its bits up to the
+  // store do not depend on the policy (one capture serves every rotation).
   std::function<void(RotatedPart, std::span<float>)> rotate;
+  bool rotates = false;
   bool column_sums = false;
   // Distinct positive windows: windows[0] is summed by the layer's attention call, each other one
   // by a call over its own last queries (first == 0 only).
   std::vector<std::int64_t> windows;
   // A layer's keys and values [T][kv_dim], post-RoPE, before the rotation.
   std::function<void(std::int32_t layer, const std::vector<float>& k, const std::vector<float>& v)> on_kv;
-  // The same rotated, before the layer's attention (a non-selecting prefill stores them here).
+  // The same rotated (copies outside reusable mode), before the layer's attention (a
+  // non-selecting prefill stores them here).
   std::function<void(std::int32_t layer, const std::vector<float>& k, const std::vector<float>& v)> on_rotated_kv;
   // After the layer's attention: column sums and per window the window sums, [n_heads][T] each.
   std::function<void(std::int32_t layer, const std::vector<float>& columns,
@@ -159,12 +164,6 @@ std::vector<float> kv_head_scores(const std::vector<float>& sums, std::int64_t h
     for (std::int64_t t = 0; t < T; ++t) s[static_cast<std::size_t>(t)] = std::max(s[static_cast<std::size_t>(t)], row[t]);
   }
   return s;
-}
-
-bool same_rotation(const KvRotation& a, const KvRotation& b) {
-  if (a.hadamard != b.hadamard) return false;
-  if (!a.hadamard) return true;
-  return a.signs == b.signs && (!a.signs || a.seed == b.seed);
 }
 
 // The distinct positive windows, ascending.
@@ -196,6 +195,7 @@ std::vector<float> ModelRunner::forward_prompt(const PromptPass& pass, std::span
     }
   };
   std::vector<float> cached_k, cached_v;  // reusable: the layer's keys and values as stored, [total][kv_dim]
+  std::vector<float> rotated_k, rotated_v;  // non-reusable, rotating: the rotated copies the policy stores
   const bool sums = pass.column_sums || !pass.windows.empty();
   std::vector<float> column_sums;
   std::vector<std::vector<float>> window_sums(pass.windows.size());
@@ -225,11 +225,22 @@ std::vector<float> ModelRunner::forward_prompt(const PromptPass& pass, std::span
     backend_.rope(q, T, c.num_attention_heads, c.head_dim, positions, weights_.rope_cos, weights_.rope_sin);
     backend_.rope(k, T, c.num_key_value_heads, c.head_dim, positions, weights_.rope_cos, weights_.rope_sin);
     if (pass.on_kv) pass.on_kv(l, k, v);
-    // A rotating policy's space from here to the attention output (a no-op for the others).
-    pass.rotate(RotatedPart::kQuery, q);
-    pass.rotate(RotatedPart::kKey, k);
-    pass.rotate(RotatedPart::kValue, v);
-    if (pass.on_rotated_kv) pass.on_rotated_kv(l, k, v);
+    if (reusable && pass.rotates) {
+      // The attention reads the stored rows, which are rotated: it runs in the rotated space from
+      // here to its output.
+      pass.rotate(RotatedPart::kQuery, q);
+      pass.rotate(RotatedPart::kKey, k);
+      pass.rotate(RotatedPart::kValue, v);
+      if (pass.on_rotated_kv) pass.on_rotated_kv(l, k, v);
+    } else if (pass.on_rotated_kv && pass.rotates) {
+      rotated_k = k;
+      rotated_v = v;
+      pass.rotate(RotatedPart::kKey, rotated_k);
+      pass.rotate(RotatedPart::kValue, rotated_v);
+      pass.on_rotated_kv(l, rotated_k, rotated_v);
+    } else if (pass.on_rotated_kv) {
+      pass.on_rotated_kv(l, k, v);
+    }
     PrefillAttentionInput in;
     in.tokens = total;
     in.first_query = first;
@@ -271,7 +282,7 @@ std::vector<float> ModelRunner::forward_prompt(const PromptPass& pass, std::span
         backend_.prefill_attention(tail, tail_out);
       }
     }
-    pass.rotate(RotatedPart::kOutput, attn);
+    if (reusable && pass.rotates) pass.rotate(RotatedPart::kOutput, attn);
     if (sums && pass.on_sums) pass.on_sums(l, column_sums, window_sums);
     o.resize(x.size());
     project(layer.o, attn, o);
@@ -320,6 +331,7 @@ std::vector<float> ModelRunner::prefill_rows(std::int64_t request, std::span<con
   pass.first = first;
   pass.reusable = reusable_prefill_;
   pass.rotate = [&](RotatedPart part, std::span<float> rows) { policy.rotate(part, rows, c.head_dim); };
+  pass.rotates = policy.rotation().hadamard;
   pass.column_sums = evicting;
   if (evicting && policy.observation_window() > 0) pass.windows = {policy.observation_window()};
   if (trace_ && trace_->on_kv) {
@@ -362,21 +374,14 @@ std::vector<float> ModelRunner::prefill_rows(std::int64_t request, std::span<con
   }
 }
 
-bool PrefillCaptureOptions::cover(const KvPolicy& policy) {
-  if (!same_rotation(rotation, policy.rotation())) return false;
+void PrefillCaptureOptions::cover(const KvPolicy& policy) {
   if (policy.selects_prompt()) {
     scores = true;
     if (policy.observation_window() > 0) windows.push_back(policy.observation_window());
   }
-  return true;
 }
 
 std::string PrefillCapture::mismatch(const KvPolicy& policy) const {
-  if (!same_rotation(options.rotation, policy.rotation())) {
-    return fmt::format("policy {} rotates {}, the capture's prefill attention ran {}", policy.name(),
-                       policy.rotation().hadamard ? "its keys and values" : "nothing",
-                       options.rotation.hadamard ? "rotated" : "unrotated");
-  }
   if (!policy.selects_prompt()) return {};
   if (scores.empty()) return fmt::format("policy {} selects the prompt, the capture has no scores", policy.name());
   const std::int64_t w = policy.observation_window();
@@ -424,11 +429,7 @@ PrefillCapture ModelRunner::capture_prefill(std::span<const std::int32_t> tokens
   cap.kv_heads = kvh;
   cap.kv_dim = c.kv_dim();
   cap.window_scores.resize(cap.options.windows.size());
-  PromptPass pass;
-  // The rotation a policy's default KvPolicy::rotate applies (rotate_rows, optimized/kv_policy.h).
-  pass.rotate = [&](RotatedPart part, std::span<float> rows) {
-    rotate_rows(cap.options.rotation, part, rows, c.head_dim);
-  };
+  PromptPass pass;  // no rotation: a rotating policy rotates copies of the rows as it stores them
   pass.column_sums = cap.options.scores;
   pass.windows = cap.options.windows;
   pass.on_kv = [&](std::int32_t, const std::vector<float>& k, const std::vector<float>& v) {

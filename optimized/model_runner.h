@@ -2,8 +2,9 @@
 // driven through a Backend (docs/design.md §3).
 //
 //   prefill   one request's prompt at positions 0 .. T-1: projections as one GEMM per weight,
-//             tiled causal attention over the prompt's own (uncompressed) keys and values, then
-//             the keys and values stored in the request's pages in the policy's format;
+//             tiled causal attention over the prompt's own (uncompressed, unrotated) keys and
+//             values, then the keys and values stored in the request's pages in the policy's
+//             format (a rotating policy's rotation of them);
 //   decode    one token for each request of a batch at its next position: its key and value go
 //             into a reserved slot of every head first, then paged attention reads every kept
 //             token (this one included) through the stored format.
@@ -64,9 +65,9 @@ struct RunnerTrace {
 };
 
 // A prompt's prefill, computed once and stored by many policies (docs/design.md §3, "Shared
-// prefill"). The non-reusable prefill's projections and attention run over the unrounded prompt,
-// so everything up to the moment a policy stores the prompt is the same for every policy of one
-// rotation: ModelRunner::capture_prefill computes it without touching a cache, and
+// prefill"). The non-reusable prefill's projections and attention run over the unrounded,
+// unrotated prompt, so everything up to the moment a policy stores the prompt is the same for
+// every policy: ModelRunner::capture_prefill computes it without touching a cache, and
 // ModelRunner::prefill_from_capture stores it as prefill() would. What a capture holds:
 struct PrefillCaptureOptions {
   // PromptScores::all (column sums over every query): what a prompt-selecting policy
@@ -76,15 +77,11 @@ struct PrefillCaptureOptions {
   // ignored. The first is summed with the column sums; each other one costs attention over its
   // own last queries only (Backend::prefill_attention with first_query = T - window).
   std::vector<std::int64_t> windows;
-  // The basis prefill attention runs in. A rotating policy's own prefill attends over rotated
-  // queries, keys and values, which changes the residual stream's last bits from layer 0 on, so
-  // a capture serves only policies of its rotation (one capture per distinct rotation).
-  KvRotation rotation;
   bool all_logits = false;  // every position's logits too (engine_generate's keep_logits)
 
-  // Widens these options to serve `policy` too (its scores and window); false, changing nothing,
-  // when the policy's rotation is not this capture's.
-  bool cover(const KvPolicy& policy);
+  // Widens these options to serve `policy` too (its scores and window). Any rotation is served:
+  // a rotating policy's non-reusable prefill attends unrotated and rotates copies as it stores.
+  void cover(const KvPolicy& policy);
 };
 struct PrefillCapture {
   std::vector<std::int32_t> tokens;  // the prompt, positions 0 .. T-1
@@ -102,8 +99,8 @@ struct PrefillCapture {
   std::vector<float> all_logits;  // [T][vocab] with options.all_logits, else empty
 
   std::int64_t prompt_tokens() const { return static_cast<std::int64_t>(tokens.size()); }
-  // Why `policy` cannot start from this capture (another rotation; scores or a window not
-  // captured), or empty when it can.
+  // Why `policy` cannot start from this capture (scores or a window not captured), or empty
+  // when it can.
   std::string mismatch(const KvPolicy& policy) const;
   // std::invalid_argument naming the request unless `prompt` is this capture's prompt.
   void check_prompt(std::int64_t request, std::span<const std::int32_t> prompt) const;

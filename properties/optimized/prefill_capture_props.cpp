@@ -178,11 +178,10 @@ TEST(PrefillCaptureProps, EveryPolicyStoresACaptureAsItsOwnPrefill) {
       const auto fed = test_tokens(steps, config.vocab_size, seed + 2);
       auto own = engine_for(model, spec, 2);
       const Observed want = run(*own, prompt, fed, nullptr);
-      // The capture: from a full-fp32 engine on one thread, the policy's rotation, its window and
-      // others it does not read (summed from their own rows).
+      // The capture: from a full-fp32 engine on one thread (no rotation whatever the policy's),
+      // its window and others it does not read (summed from their own rows).
       PrefillCaptureOptions options;
-      options.rotation = own->policy->rotation();
-      RC_ASSERT(options.cover(*own->policy));
+      options.cover(*own->policy);
       options.windows.push_back(*rc::gen::inRange<std::int64_t>(1, 80));
       options.windows.push_back(3);
       auto capturer = engine_for(model, "full-fp32", 1);
@@ -224,7 +223,6 @@ TEST(PrefillCaptureProps, EngineGenerateFromACaptureIsEngineGenerate) {
     auto own = engine_for(model, spec, 2);
     const EngineGenerateResult want = engine_generate(*own, 0, prompt, g);
     PrefillCaptureOptions options;
-    options.rotation = own->policy->rotation();
     options.cover(*own->policy);
     options.all_logits = true;
     const PrefillCapture capture = own->runner->capture_prefill(prompt, options);
@@ -237,7 +235,7 @@ TEST(PrefillCaptureProps, EngineGenerateFromACaptureIsEngineGenerate) {
   });
 }
 
-TEST(PrefillCapture, RefusesAnotherPromptRotationOrMissingWindow) {
+TEST(PrefillCapture, RefusesAnotherPromptOrMissingWindow) {
   const ReferenceModel model = testing::tiny_model(testing::tiny_config(), 3);
   const auto prompt = test_tokens(20, model.config().vocab_size, 4);
   auto capturer = engine_for(model, "full-fp32", 1);
@@ -260,10 +258,10 @@ TEST(PrefillCapture, RefusesAnotherPromptRotationOrMissingWindow) {
   EXPECT_THROW(engine_generate(*e, 8, other, g), std::invalid_argument);
   EXPECT_FALSE(e->cache->has(7));
   EXPECT_FALSE(e->cache->has(8));
-  // A rotating policy cannot start from an unrotated capture, nor a selecting one without scores.
+  // A rotating policy starts from the same capture as the others (its store rotates copies); a
+  // selecting one needs the scores.
   auto rotated = engine_for(model, "int4:rotate=hadamard", 1);
-  EXPECT_FALSE(plain.mismatch(*rotated->policy).empty());
-  EXPECT_THROW(rotated->runner->prefill_from_capture(0, prompt, plain), std::logic_error);
+  EXPECT_EQ(plain.mismatch(*rotated->policy), "");
   auto snap = engine_for(model, "snapkv:budget=8,window=4,pool=3", 1);
   EXPECT_THROW(snap->runner->prefill_from_capture(0, prompt, plain), std::logic_error);
   PrefillCaptureOptions other_window;
@@ -271,10 +269,12 @@ TEST(PrefillCapture, RefusesAnotherPromptRotationOrMissingWindow) {
   const PrefillCapture windowed = capturer->runner->capture_prefill(prompt, other_window);
   EXPECT_NE(windowed.mismatch(*snap->policy).find("last 4 queries"), std::string::npos) << windowed.mismatch(*snap->policy);
   EXPECT_THROW(snap->runner->prefill_from_capture(0, prompt, windowed), std::logic_error);
-  // cover() refuses a policy of another rotation and widens to the others.
+  // cover() widens to what a policy reads, and a rotation asks for nothing more.
   PrefillCaptureOptions o;
-  EXPECT_FALSE(o.cover(*rotated->policy));
-  EXPECT_TRUE(o.cover(*snap->policy));
+  o.cover(*rotated->policy);
+  EXPECT_FALSE(o.scores);
+  EXPECT_TRUE(o.windows.empty());
+  o.cover(*snap->policy);
   EXPECT_TRUE(o.scores);
   EXPECT_EQ(o.windows, std::vector<std::int64_t>{4});
   // Every position's logits asked of a capture without them.
