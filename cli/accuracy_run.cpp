@@ -102,7 +102,9 @@ AccuracyRun::AccuracyRun(Engine& engine, const ModelConfig& c) : engine_(engine)
 
 void AccuracyRun::on_decode_head(const DecodeHeadTrace& s) {
   Engine& engine = engine_;
-  if (s.layer == 0 && s.kv_head == 0) fragmentation_.push_back(engine.cache->manager().stats().internal_fragmentation);
+  if (s.layer == 0 && s.kv_head == 0) {
+    fragmentation_[s.request].push_back(engine.cache->manager().stats().internal_fragmentation);
+  }
   engine.cache->live_tokens(s.request, s.layer, s.kv_head, live_, slots_);
   Held h;
   std::set<std::pair<int, std::int64_t>> pages, all_pages;
@@ -127,86 +129,119 @@ void AccuracyRun::on_decode_head(const DecodeHeadTrace& s) {
   }
   h.bytes += metadata;
   h.read += metadata;
-  head_held_[{s.layer, s.kv_head}] = h;
+  head_held_[{s.request, s.layer, s.kv_head}] = h;
 }
 
 void AccuracyRun::add_text(std::int64_t request, std::span<const std::int32_t> all, std::int64_t P,
                            std::span<const float> reference_rows, EngineCapture* capture, const PrefillCapture* prefill) {
+  const TextWindow w{request, all, P, reference_rows, prefill};
+  add_texts({&w, 1}, capture);
+}
+
+void AccuracyRun::add_texts(std::span<const TextWindow> windows, EngineCapture* capture) {
   const auto V = static_cast<std::size_t>(c_.vocab_size);
   const auto kv_heads = static_cast<std::size_t>(c_.num_key_value_heads);
-  EngineGenerateOptions eg;
-  eg.forced = all.subspan(static_cast<std::size_t>(P));
-  eg.max_new_tokens = static_cast<std::int64_t>(eg.forced.size());
-  eg.stop_at_eos = false;
-  // From a shared prefill: the last prompt row and the steps' only; the row of position P - 1 is
-  // then row 0.
-  eg.prefill = prefill;
-  eg.keep_logits = prefill == nullptr;
-  eg.keep_step_logits = prefill != nullptr;
-  const std::int64_t first_row = prefill ? 0 : P - 1;
+  std::vector<EngineGenerateRequest> batch(windows.size());
+  for (std::size_t b = 0; b < windows.size(); ++b) {
+    const TextWindow& w = windows[b];
+    EngineGenerateOptions& eg = batch[b].options;
+    batch[b].request = w.request;
+    batch[b].prompt = w.all.first(static_cast<std::size_t>(w.P));
+    eg.forced = w.all.subspan(static_cast<std::size_t>(w.P));
+    eg.max_new_tokens = static_cast<std::int64_t>(eg.forced.size());
+    eg.stop_at_eos = false;
+    // From a shared prefill: the last prompt row and the steps' only; the row of position P - 1 is
+    // then row 0.
+    eg.prefill = w.prefill;
+    eg.keep_logits = w.prefill == nullptr;
+    eg.keep_step_logits = w.prefill != nullptr;
+  }
   head_held_.clear();
   fragmentation_.clear();
   engine_.runner->set_trace(&trace_);
-  const EngineGenerateResult er = [&] {
+  const std::vector<EngineGenerateResult> results = [&] {
     try {
-      return engine_generate(engine_, request, all.first(static_cast<std::size_t>(P)), eg);
+      return engine_generate_batch(engine_, batch);
     } catch (...) {
       engine_.runner->set_trace(nullptr);
       throw;
     }
   }();
   engine_.runner->set_trace(nullptr);
-  const std::int64_t n = static_cast<std::int64_t>(reference_rows.size() / V);
-  if (capture) {
-    const auto first = er.logits.begin() + first_row * static_cast<std::int64_t>(V);
-    capture->text_rows.emplace_back(first, first + n * static_cast<std::int64_t>(V));
+  // Each window in turn, as if run alone (the runner is batch-invariant; the trace keeps each
+  // request's heads and steps apart).
+  for (std::size_t b = 0; b < windows.size(); ++b) {
+    const TextWindow& w = windows[b];
+    const EngineGenerateResult& er = results[b];
+    const std::int64_t first_row = w.prefill ? 0 : w.P - 1;
+    const std::int64_t n = static_cast<std::int64_t>(w.reference_rows.size() / V);
+    if (capture) {
+      const auto first = er.logits.begin() + first_row * static_cast<std::int64_t>(V);
+      capture->text_rows.emplace_back(first, first + n * static_cast<std::int64_t>(V));
+    }
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::span<const float> e(er.logits.data() + (first_row + i) * static_cast<std::int64_t>(V), V);
+      dist_.add(w.reference_rows.subspan(static_cast<std::size_t>(i) * V, V), e);
+      nll_ += token_nll(e, w.all[static_cast<std::size_t>(w.P + i)]);
+      ++predicted_;
+    }
+    // The last decode step added the last fed token: the context is the whole window.
+    const double context = static_cast<double>(w.all.size());
+    double held = 0.0, read = 0.0;
+    for (const auto& [head, h] : head_held_) {
+      const auto [request, l, k] = head;
+      if (request != w.request) continue;
+      held += h.bytes;
+      read += h.read;
+      high_sum_ += static_cast<double>(h.high) / heads_;
+      low_sum_ += static_cast<double>(h.low) / heads_;
+      row_.layer_tokens[static_cast<std::size_t>(l)] += static_cast<double>(h.high + h.low) / static_cast<double>(kv_heads);
+      row_.head_bytes_ratio[static_cast<std::size_t>(l)][static_cast<std::size_t>(k)] +=
+          h.bytes / (context * fp16_bytes_per_token_);
+    }
+    bytes_ratio_sum_ += held / (context * heads_ * fp16_bytes_per_token_);
+    read_ratio_sum_ += read / (context * heads_ * fp16_bytes_per_token_);
+    const std::vector<double>& fragmentation = fragmentation_[w.request];
+    if (fragmentation.size() > row_.fragmentation_by_step.size()) {
+      row_.fragmentation_by_step.resize(fragmentation.size(), 0.0);
+      fragmentation_samples_.resize(fragmentation.size(), 0);
+    }
+    for (std::size_t t = 0; t < fragmentation.size(); ++t) {
+      row_.fragmentation_by_step[t] += fragmentation[t];
+      ++fragmentation_samples_[t];
+    }
+    ++windows_;
   }
-  for (std::int64_t i = 0; i < n; ++i) {
-    const std::span<const float> e(er.logits.data() + (first_row + i) * static_cast<std::int64_t>(V), V);
-    dist_.add(reference_rows.subspan(static_cast<std::size_t>(i) * V, V), e);
-    nll_ += token_nll(e, all[static_cast<std::size_t>(P + i)]);
-    ++predicted_;
-  }
-  // The last decode step added the last fed token: the context is the whole window.
-  const double context = static_cast<double>(all.size());
-  double held = 0.0, read = 0.0;
-  for (const auto& [head, h] : head_held_) {
-    held += h.bytes;
-    read += h.read;
-    high_sum_ += static_cast<double>(h.high) / heads_;
-    low_sum_ += static_cast<double>(h.low) / heads_;
-    const auto [l, k] = head;
-    row_.layer_tokens[static_cast<std::size_t>(l)] += static_cast<double>(h.high + h.low) / static_cast<double>(kv_heads);
-    row_.head_bytes_ratio[static_cast<std::size_t>(l)][static_cast<std::size_t>(k)] +=
-        h.bytes / (context * fp16_bytes_per_token_);
-  }
-  bytes_ratio_sum_ += held / (context * heads_ * fp16_bytes_per_token_);
-  read_ratio_sum_ += read / (context * heads_ * fp16_bytes_per_token_);
-  if (fragmentation_.size() > row_.fragmentation_by_step.size()) {
-    row_.fragmentation_by_step.resize(fragmentation_.size(), 0.0);
-    fragmentation_samples_.resize(fragmentation_.size(), 0);
-  }
-  for (std::size_t t = 0; t < fragmentation_.size(); ++t) {
-    row_.fragmentation_by_step[t] += fragmentation_[t];
-    ++fragmentation_samples_[t];
-  }
-  ++windows_;
 }
 
 std::vector<std::int32_t> AccuracyRun::add_retrieval(std::int64_t request, const RetrievalCase& rc,
                                                      const PrefillCapture* prefill) {
+  const RetrievalRun item{request, &rc, prefill};
+  return std::move(add_retrievals({&item, 1}).front());
+}
+
+std::vector<std::vector<std::int32_t>> AccuracyRun::add_retrievals(std::span<const RetrievalRun> items) {
   // Retrieval runs after the text windows: the FP8 counts are the text windows' (finish_text).
   finish_text();
-  EngineGenerateOptions eg;
-  eg.max_new_tokens = static_cast<std::int64_t>(rc.answer.size());
-  eg.stop_at_eos = false;
-  eg.prefill = prefill;
-  const EngineGenerateResult er = engine_generate(engine_, request, rc.prompt, eg);
-  const bool ok = exact_match(er.generated, rc.answer);
-  row_.overall.add(ok);
-  row_.by_length[rc.item.length_bucket].add(ok);
-  row_.by_task[rc.item.task].add(ok);
-  return er.generated;
+  std::vector<EngineGenerateRequest> batch(items.size());
+  for (std::size_t b = 0; b < items.size(); ++b) {
+    batch[b].request = items[b].request;
+    batch[b].prompt = items[b].item->prompt;
+    batch[b].options.max_new_tokens = static_cast<std::int64_t>(items[b].item->answer.size());
+    batch[b].options.stop_at_eos = false;
+    batch[b].options.prefill = items[b].prefill;
+  }
+  std::vector<EngineGenerateResult> results = engine_generate_batch(engine_, batch);
+  std::vector<std::vector<std::int32_t>> generated;
+  for (std::size_t b = 0; b < items.size(); ++b) {
+    const RetrievalCase& rc = *items[b].item;
+    const bool ok = exact_match(results[b].generated, rc.answer);
+    row_.overall.add(ok);
+    row_.by_length[rc.item.length_bucket].add(ok);
+    row_.by_task[rc.item.task].add(ok);
+    generated.push_back(std::move(results[b].generated));
+  }
+  return generated;
 }
 
 void AccuracyRun::finish_text() {

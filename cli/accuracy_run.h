@@ -18,6 +18,7 @@
 #include <map>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -121,11 +122,30 @@ class AccuracyRun {
   void add_text(std::int64_t request, std::span<const std::int32_t> all, std::int64_t P,
                 std::span<const float> reference_rows, EngineCapture* capture = nullptr,
                 const PrefillCapture* prefill = nullptr);
+  // add_text of several windows decoded together (engine_generate_batch: the weights read once
+  // per step for all of them; each window's logits are its own alone, bit for bit). The pool must
+  // hold them all. Counted in order, as add_text one after the other would; only the pool's
+  // fragmentation differs (it is the pool's, and the pool then holds every window).
+  struct TextWindow {
+    std::int64_t request = 0;
+    std::span<const std::int32_t> all;
+    std::int64_t P = 0;
+    std::span<const float> reference_rows;
+    const PrefillCapture* prefill = nullptr;
+  };
+  void add_texts(std::span<const TextWindow> windows, EngineCapture* capture = nullptr);
   // The FP8 counts of the text windows so far; add_retrieval and finish call it.
   void finish_text();
   // A retrieval item, greedy: exact match counted; the tokens generated returned.
   std::vector<std::int32_t> add_retrieval(std::int64_t request, const RetrievalCase& rc,
                                           const PrefillCapture* prefill = nullptr);
+  // add_retrieval of several items decoded together (engine_generate_batch), counted in order.
+  struct RetrievalRun {
+    std::int64_t request = 0;
+    const RetrievalCase* item = nullptr;
+    const PrefillCapture* prefill = nullptr;
+  };
+  std::vector<std::vector<std::int32_t>> add_retrievals(std::span<const RetrievalRun> items);
   // The row (oracle counts and wall time left 0). Call once.
   AccuracyRow finish();
 
@@ -147,9 +167,11 @@ class AccuracyRun {
   RunnerTrace trace_;
   double fp16_bytes_per_token_ = 0.0, heads_ = 0.0;
   bool page_scales_ = false, text_finished_ = false;
-  // Bytes and tokens held at each head's latest decode step of the current window.
-  std::map<std::pair<std::int32_t, std::int32_t>, Held> head_held_;
-  std::vector<double> fragmentation_;  // the current window's, per decode step
+  // Bytes and tokens held at each head's latest decode step of the current windows:
+  // (request, layer, kv head).
+  std::map<std::tuple<std::int64_t, std::int32_t, std::int32_t>, Held> head_held_;
+  // Per request of the current windows, per decode step (the pool's, whatever else it holds).
+  std::map<std::int64_t, std::vector<double>> fragmentation_;
   std::vector<LiveToken> live_;
   std::vector<SlotRef> slots_;
   DistributionComparison dist_;

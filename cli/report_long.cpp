@@ -36,6 +36,11 @@ constexpr const char* kReferenceCodeVersion = "reference-1";
 
 constexpr std::int64_t kUnset = -1;
 
+// Windows or items decoded together on one engine (engine_generate_batch: each decode step reads
+// the weights once for all of them; the same bits as one at a time). SmolLM2-135M at batch 4
+// spends a quarter of batch 1's projection time per token (docs/perf/2026-11-28-smollm2-bench-engine.json).
+constexpr std::size_t kLongBatch = 4;
+
 // The windows and items of one length, and what the reference and the full-precision engine did
 // on them.
 struct LengthInputs {
@@ -466,7 +471,26 @@ int run_long_report(const ReportArgs& args) {
   const std::size_t n_depths = mode.depths.size();
   std::vector<ConfigAccum> accum(configs.size());
   std::map<std::string, std::string> run_specs;  // spec -> with its FP8 calibration resolved
-  std::unique_ptr<Engine> full = make_engine(model, single_request_engine_options(run, "full-fp32"));
+  // The capturing engine: capture_prefill touches no cache, so its pool is one page.
+  EngineOptions capturing = single_request_engine_options(run, "full-fp32");
+  capturing.pages = 1;
+  std::unique_ptr<Engine> full = make_engine(model, capturing);
+  // An engine for `spec` whose pool holds kLongBatch of the length's windows or items at once
+  // (--kv-pages, when given, instead).
+  const auto long_engine = [&](const std::string& spec, const LengthInputs& in) {
+    EngineOptions eo = single_request_engine_options(run, spec);
+    if (eo.pages <= 0) {
+      std::int64_t tokens = in.length;
+      for (const RetrievalCase& rc : in.items) {
+        tokens = std::max(tokens, static_cast<std::int64_t>(rc.prompt.size() + rc.answer.size()));
+      }
+      const std::int64_t per_request =
+          request_pages(c, make_policy(spec)->tiers(), eo.page_bytes, tokens) + c.num_hidden_layers * c.num_key_value_heads;
+      eo.batch_hint = static_cast<std::int64_t>(kLongBatch);
+      eo.pages = per_request * eo.batch_hint;
+    }
+    return make_engine(model, eo);
+  };
   {
     ProgressBar bar("report", "configurations x lengths", args.quiet);
     std::int64_t done = 0;
@@ -493,33 +517,55 @@ int run_long_report(const ReportArgs& args) {
         for (const RetrievalCase& rc : in.items) item_captures.push_back(full->runner->capture_prefill(rc.prompt, options));
         // The full-precision engine's own greedy answers: a policy is also judged against what the
         // model could do uncompressed (a small model misses some items at full precision).
-        for (std::size_t i = 0; i < in.items.size(); ++i) {
-          EngineGenerateOptions eg;
-          eg.max_new_tokens = static_cast<std::int64_t>(in.items[i].answer.size());
-          eg.stop_at_eos = false;
-          eg.prefill = &item_captures[i];
-          in.full_precision.push_back(engine_generate(*full, 0, in.items[i].prompt, eg).generated);
+        {
+          const std::unique_ptr<Engine> answering = long_engine("full-fp32", in);
+          for (std::size_t i0 = 0; i0 < in.items.size(); i0 += kLongBatch) {
+            std::vector<EngineGenerateRequest> batch;
+            for (std::size_t i = i0; i < std::min(in.items.size(), i0 + kLongBatch); ++i) {
+              EngineGenerateRequest q;
+              q.request = static_cast<std::int64_t>(i);
+              q.prompt = in.items[i].prompt;
+              q.options.max_new_tokens = static_cast<std::int64_t>(in.items[i].answer.size());
+              q.options.stop_at_eos = false;
+              q.options.prefill = &item_captures[i];
+              batch.push_back(q);
+            }
+            for (EngineGenerateResult& r : engine_generate_batch(*answering, batch)) {
+              in.full_precision.push_back(std::move(r.generated));
+            }
+          }
         }
         std::vector<const PrefillCapture*> oracle_prefills;
         for (const PrefillCapture& pc : window_captures) oracle_prefills.push_back(&pc);
         for (std::size_t k = 0; k < configs.size(); ++k) {
           const auto t_cfg = std::chrono::steady_clock::now();
           ConfigAccum& acc = accum[k];
-          std::unique_ptr<Engine> engine = make_engine(model, single_request_engine_options(run, specs[k]));
+          std::unique_ptr<Engine> engine = long_engine(specs[k], in);
           LengthRow lr;
           lr.exact.resize(n_depths);
           lr.agree.resize(n_depths);
           {
             AccuracyRun measured(*engine, c);
-            for (std::size_t w = 0; w < in.windows.size(); ++w) {
-              measured.add_text(static_cast<std::int64_t>(w), in.windows[w].tokens, P, in.reference[w], nullptr,
-                                &window_captures[w]);
-              lr.reference_nll += in.reference_nll[w];
+            // The windows, then the items, decoded kLongBatch at a time (the same bits as one by one).
+            for (std::size_t w0 = 0; w0 < in.windows.size(); w0 += kLongBatch) {
+              std::vector<AccuracyRun::TextWindow> batch;
+              for (std::size_t w = w0; w < std::min(in.windows.size(), w0 + kLongBatch); ++w) {
+                batch.push_back({static_cast<std::int64_t>(w), in.windows[w].tokens, P, in.reference[w], &window_captures[w]});
+                lr.reference_nll += in.reference_nll[w];
+              }
+              measured.add_texts(batch);
             }
             measured.finish_text();
+            std::vector<std::vector<std::int32_t>> answers;
+            for (std::size_t i0 = 0; i0 < in.items.size(); i0 += kLongBatch) {
+              std::vector<AccuracyRun::RetrievalRun> batch;
+              for (std::size_t i = i0; i < std::min(in.items.size(), i0 + kLongBatch); ++i) {
+                batch.push_back({100000 + static_cast<std::int64_t>(i), &in.items[i], &item_captures[i]});
+              }
+              for (std::vector<std::int32_t>& a : measured.add_retrievals(batch)) answers.push_back(std::move(a));
+            }
             for (std::size_t i = 0; i < in.items.size(); ++i) {
-              const std::vector<std::int32_t> got =
-                  measured.add_retrieval(100000 + static_cast<std::int64_t>(i), in.items[i], &item_captures[i]);
+              const std::vector<std::int32_t>& got = answers[i];
               const auto d = static_cast<std::size_t>(in.item_depth[i]);
               const bool ok = exact_match(got, in.items[i].answer);
               const bool same = exact_match(got, in.full_precision[i]);

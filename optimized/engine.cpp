@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 #include <utility>
 
@@ -96,6 +97,91 @@ EngineGenerateResult engine_generate(Engine& engine, std::int64_t request, std::
   }
   engine.cache->release(request);
   return r;
+}
+
+std::vector<EngineGenerateResult> engine_generate_batch(Engine& engine, std::span<const EngineGenerateRequest> requests) {
+  const ModelConfig& c = engine.weights.config;
+  const auto V = static_cast<std::size_t>(c.vocab_size);
+  const std::size_t n = requests.size();
+  std::vector<EngineGenerateResult> out(n);
+  std::vector<std::vector<float>> last(n);
+  std::vector<std::optional<StopReason>> reason(n);
+  std::vector<bool> started(n, false);
+  const auto stop_reason = [&](std::size_t i) {
+    const EngineGenerateRequest& q = requests[i];
+    return greedy_stop(c, static_cast<std::int64_t>(q.prompt.size()), out[i].generated, q.options.max_new_tokens,
+                       q.options.stop_at_eos);
+  };
+  const auto keeps_rows = [&](std::size_t i) {
+    return requests[i].options.keep_logits || requests[i].options.keep_step_logits;
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (requests[j].request == requests[i].request) {
+        throw std::invalid_argument(fmt::format("engine_generate_batch: request {} appears twice", requests[i].request));
+      }
+    }
+  }
+  try {
+    for (std::size_t i = 0; i < n; ++i) {
+      const EngineGenerateRequest& q = requests[i];
+      if (q.options.prefill) q.options.prefill->check_prompt(q.request, q.prompt);
+      reason[i] = stop_reason(i);
+      if (reason[i] && !keeps_rows(i)) continue;
+      std::vector<float>* all_logits = q.options.keep_logits ? &out[i].logits : nullptr;
+      started[i] = true;
+      last[i] = q.options.prefill ? engine.runner->prefill_from_capture(q.request, q.prompt, *q.options.prefill, all_logits)
+                                  : engine.runner->prefill(q.request, q.prompt, all_logits);
+      if (q.options.keep_step_logits && !q.options.keep_logits) {
+        out[i].logits.assign(last[i].begin(), last[i].begin() + static_cast<std::ptrdiff_t>(V));
+      }
+    }
+    std::vector<std::int64_t> ids;
+    std::vector<std::int32_t> tokens, positions;
+    std::vector<std::size_t> rows;  // the request of each row of the step
+    std::vector<float> logits;
+    while (true) {
+      ids.clear();
+      tokens.clear();
+      positions.clear();
+      rows.clear();
+      for (std::size_t i = 0; i < n; ++i) {
+        if (reason[i]) continue;
+        const EngineGenerateRequest& q = requests[i];
+        EngineGenerateResult& r = out[i];
+        const std::int64_t position = static_cast<std::int64_t>(q.prompt.size() + r.generated.size());
+        const std::int32_t greedy = greedy_token(q.request, last[i], position - 1);
+        const std::size_t step = r.generated.size();
+        const std::int32_t next = step < q.options.forced.size() ? q.options.forced[step] : greedy;
+        r.greedy.push_back(greedy);
+        r.generated.push_back(next);
+        reason[i] = stop_reason(i);
+        if (reason[i] && !keeps_rows(i)) continue;
+        ids.push_back(q.request);
+        tokens.push_back(next);
+        positions.push_back(static_cast<std::int32_t>(position));
+        rows.push_back(i);
+      }
+      if (ids.empty()) break;
+      engine.runner->decode_into(ids, tokens, positions, nullptr, logits);
+      for (std::size_t b = 0; b < rows.size(); ++b) {
+        const std::size_t i = rows[b];
+        const auto row = logits.begin() + static_cast<std::ptrdiff_t>(b * V);
+        last[i].assign(row, row + static_cast<std::ptrdiff_t>(V));
+        if (keeps_rows(i)) out[i].logits.insert(out[i].logits.end(), row, row + static_cast<std::ptrdiff_t>(V));
+      }
+    }
+    for (std::size_t i = 0; i < n; ++i) out[i].stop_reason = *reason[i];
+  } catch (...) {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (started[i]) engine.cache->release(requests[i].request);
+    }
+    throw;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    if (started[i]) engine.cache->release(requests[i].request);
+  }
+  return out;
 }
 
 }  // namespace kvcheck

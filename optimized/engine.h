@@ -58,8 +58,8 @@ struct EngineGenerateOptions {
   // Start from a shared prefill (ModelRunner::capture_prefill of this prompt) instead of computing
   // it: the same bits as without it (ModelRunner::prefill_from_capture). Not owned; must outlive
   // the call. std::invalid_argument naming the request when it is another prompt's; logic_error
-  // when the engine's policy cannot start from it (another rotation, its scores or window not
-  // captured) or keep_logits asks every position's logits of a capture without them.
+  // when the engine's policy cannot start from it (its scores or window not captured) or
+  // keep_logits asks every position's logits of a capture without them.
   const PrefillCapture* prefill = nullptr;
 };
 
@@ -75,5 +75,19 @@ struct EngineGenerateResult {
 // max_new_tokens, then max_position_embeddings). The request's pages are freed at the end.
 EngineGenerateResult engine_generate(Engine& engine, std::int64_t request, std::span<const std::int32_t> prompt,
                                      const EngineGenerateOptions& options);
+
+// One request of engine_generate_batch: its id (distinct within the batch), prompt and options.
+struct EngineGenerateRequest {
+  std::int64_t request = 0;
+  std::span<const std::int32_t> prompt;
+  EngineGenerateOptions options;
+};
+// engine_generate of several requests at once: each prefilled in turn, then decoded together, one
+// ModelRunner::decode per step over every request still running (each one row of the batch), so
+// the weights are read once per step for all of them. The runner is batch-invariant, so each
+// result is engine_generate's for that request alone, bit for bit. The pool must hold every
+// request at once (PoolExhausted otherwise); every request's pages are freed at the end, on an
+// exception too.
+std::vector<EngineGenerateResult> engine_generate_batch(Engine& engine, std::span<const EngineGenerateRequest> requests);
 
 }  // namespace kvcheck
