@@ -476,7 +476,7 @@ void register_all() {
           ->Unit(benchmark::kMicrosecond);
     }
   }
-  for (const std::int64_t tokens : {512, 1024}) {
+  for (const std::int64_t tokens : {512, 1024, 4096}) {
     const std::string name = "BM_PrefillAttention/" + std::to_string(tokens);
     benchmark::RegisterBenchmark(name.c_str(), BM_PrefillAttention, tokens, prefill_attention_isa())
         ->Unit(benchmark::kMillisecond);
