@@ -1,6 +1,8 @@
 // Tiled causal prefill attention with column sums, CPU twin. Each worker thread takes a
-// contiguous range of query heads and allocates its scratch once: the score tile, the running
-// max and sum of the query tile, and (pass two only) the lse of every row of the head.
+// contiguous range of query heads and allocates its scratch once: the weight tile, the running
+// max and sum of the query tile, and (when sums are asked for) the query tile's lse and its strip
+// of raw scores against every key tile up to the diagonal, from which the tile's rows add into
+// the column and window sums as soon as their lse is final (pass two fused into pass one).
 // The tile loops are compiled twice (baseline x86-64, and AVX2 + F16C chosen at run time) with the
 // same operations lane for lane (kernels/cpu/prefill_attention_tiles.inc), and give the bits of
 // the scalar loops below, which they keep for heads whose head_dim is not whole lanes
@@ -86,9 +88,12 @@ std::int64_t worker_count(const PrefillAttentionInput& in) { return std::min<std
 // A tile larger than the sequence would only waste scratch.
 std::int64_t tile_of(const PrefillAttentionInput& in) { return std::min(in.tile, in.tokens); }
 
+// Key tiles of the longest row: the strip holds one tile x tile block per key tile.
+std::int64_t key_tiles(const PrefillAttentionInput& in) { return (in.tokens + tile_of(in) - 1) / tile_of(in); }
+
 std::int64_t scratch_floats_per_worker(const PrefillAttentionInput& in, bool pass_two) {
   const std::int64_t t = tile_of(in);
-  return t * t + 2 * t + (pass_two ? in.tokens : 0);
+  return t * t + 2 * t + (pass_two ? t + key_tiles(in) * t * t : 0);
 }
 
 using row_ops::axpy;
@@ -117,10 +122,16 @@ HeadView head_view(const PrefillAttentionInput& in, const PrefillAttentionOutput
 // One worker's scratch, one allocation for all of it.
 struct Scratch {
   std::vector<float> buffer;
-  float* scores = nullptr;  // [tile][tile]: scale * q_i · k_j of the tile pair at hand
+  float* scores = nullptr;  // [tile][tile]: scale * q_i · k_j of the tile pair at hand, then its weights
   float* m = nullptr;       // [tile]: running max of the query tile's rows
   float* l = nullptr;       // [tile]: running sum of exp(s - m)
-  float* lse = nullptr;     // [tokens] (pass two only): m_i + log l_i of every row of the head
+  float* lse = nullptr;     // [tile] (sums only): m_i + log l_i of the query tile's rows
+  // [key tiles][tile][tile] (sums only): the query tile's raw scores, the block of key tile j0 / tile
+  // at strip + (j0 / tile) * tile², its row r at + r * tile. Kept through pass one, then turned
+  // into exp(s - lse) in place for the sums.
+  float* strip = nullptr;
+  // The strip's block for the key tile starting at j0 (a multiple of the tile).
+  float* block(std::int64_t j0, std::int64_t tile) const { return strip + j0 * tile; }
 };
 
 Scratch make_scratch(const PrefillAttentionInput& in, bool pass_two) {
@@ -131,14 +142,37 @@ Scratch make_scratch(const PrefillAttentionInput& in, bool pass_two) {
   s.m = s.scores + t * t;
   s.l = s.m + t;
   s.lse = pass_two ? s.l + t : nullptr;
+  s.strip = pass_two ? s.lse + t : nullptr;
   return s;
 }
 
-// The first query row pass two visits: every row for column sums; for window sums alone, the
+// The first query row that adds to a sum: every row for column sums; for window sums alone, the
 // window's rows only (the others add nothing). A key's sums add the rows in ascending order
-// wherever the tiles start, so the sums have the same bits either way.
+// (query tiles ascending, rows ascending within a tile) wherever the tiles start, so the sums have
+// the same bits whichever row the query tiles start at.
 std::int64_t pass_two_first_query(const PrefillAttentionInput& in, bool column_sums) {
   return column_sums ? 0 : std::max(in.first_query, in.tokens - std::min(in.window, in.tokens));
+}
+
+// One head's column and window sums (zeroed here) and the rows that add to them.
+struct HeadSums {
+  float* columns = nullptr;           // [tokens] or null
+  float* window = nullptr;            // [tokens] or null
+  std::int64_t first_row = 0;         // pass_two_first_query: rows before it add nothing
+  std::int64_t first_window_row = 0;  // rows from here on add to the window sums
+  // Whether the query tile ending at i_end has rows that add: its scores are then kept in the strip.
+  bool wanted(std::int64_t i_end) const { return (columns != nullptr || window != nullptr) && i_end > first_row; }
+};
+
+HeadSums head_sums(const PrefillAttentionInput& in, const PrefillAttentionOutput& out, std::int64_t h) {
+  HeadSums sums;
+  sums.columns = out.column_sums.empty() ? nullptr : out.column_sums.data() + h * in.tokens;
+  sums.window = out.window_sums.empty() ? nullptr : out.window_sums.data() + h * in.tokens;
+  if (sums.columns != nullptr) std::fill_n(sums.columns, in.tokens, 0.0f);
+  if (sums.window != nullptr) std::fill_n(sums.window, in.tokens, 0.0f);
+  sums.first_row = pass_two_first_query(in, sums.columns != nullptr);
+  sums.first_window_row = in.tokens - std::min(in.window, in.tokens);
+  return sums;
 }
 
 // The scalar tile loops: any head_dim, one element at a time.
@@ -158,8 +192,9 @@ void score_tile(const HeadView& hv, std::int64_t i0, std::int64_t nq, std::int64
   }
 }
 
-// Pass one for one query tile: online softmax over the key tiles up to the diagonal.
-void attend_query_tile(const HeadView& hv, std::int64_t i0, Scratch& s) {
+// Pass one for one query tile: online softmax over the key tiles up to the diagonal. With `keep`
+// the scores stay in the strip's blocks for sum_query_tile, else the tile holds them.
+void attend_query_tile(const HeadView& hv, std::int64_t i0, Scratch& s, bool keep) {
   const std::int64_t nq = std::min(hv.tile, hv.tokens - i0);
   const std::int64_t i_end = i0 + nq;
   for (std::int64_t r = 0; r < nq; ++r) {
@@ -169,11 +204,12 @@ void attend_query_tile(const HeadView& hv, std::int64_t i0, Scratch& s) {
   }
   for (std::int64_t j0 = 0; j0 < i_end; j0 += hv.tile) {
     const std::int64_t nk = std::min(hv.tile, i_end - j0);
-    score_tile(hv, i0, nq, j0, nk, s.scores);
+    float* scores = keep ? s.block(j0, hv.tile) : s.scores;
+    score_tile(hv, i0, nq, j0, nk, scores);
     for (std::int64_t r = 0; r < nq; ++r) {
       const std::int64_t visible = std::min(nk, i0 + r - j0 + 1);
       if (visible <= 0) continue;  // a row above the tile's diagonal sees none of its keys
-      const float* row = s.scores + r * hv.tile;
+      const float* row = scores + r * hv.tile;
       float m_new = s.m[r];
       for (std::int64_t c = 0; c < visible; ++c) m_new = std::max(m_new, row[c]);
       float* acc = hv.out_row(i0 + r);
@@ -193,27 +229,28 @@ void attend_query_tile(const HeadView& hv, std::int64_t i0, Scratch& s) {
   }
   for (std::int64_t r = 0; r < nq; ++r) {
     scale_row(1.0f / s.l[r], hv.out_row(i0 + r), hv.d);
-    if (s.lse != nullptr) s.lse[i0 + r] = s.m[r] + std::log(s.l[r]);
+    if (keep) s.lse[r] = s.m[r] + std::log(s.l[r]);
   }
 }
 
-// Pass two for one query tile: p(i, j) = exp(s_ij - lse_i) into the column (and window) sums.
-void sum_query_tile(const HeadView& hv, std::int64_t i0, std::int64_t first_window_query, Scratch& s, float* columns,
-                    float* window) {
+// Pass two for one query tile, right after its pass one (its rows' lse are final): p(i, j) =
+// exp(s_ij - lse_i) from the strip into the column (and window) sums, rows in order for every key.
+void sum_query_tile(const HeadView& hv, std::int64_t i0, const HeadSums& sums, const Scratch& s) {
   const std::int64_t nq = std::min(hv.tile, hv.tokens - i0);
   const std::int64_t i_end = i0 + nq;
   for (std::int64_t j0 = 0; j0 < i_end; j0 += hv.tile) {
     const std::int64_t nk = std::min(hv.tile, i_end - j0);
-    score_tile(hv, i0, nq, j0, nk, s.scores);
+    const float* scores = s.block(j0, hv.tile);
     for (std::int64_t r = 0; r < nq; ++r) {
       const std::int64_t i = i0 + r;
+      if (i < sums.first_row) continue;
       const std::int64_t visible = std::min(nk, i - j0 + 1);
-      const float* row = s.scores + r * hv.tile;
-      const bool in_window = window != nullptr && i >= first_window_query;
+      const float* row = scores + r * hv.tile;
+      const bool in_window = sums.window != nullptr && i >= sums.first_window_row;
       for (std::int64_t c = 0; c < visible; ++c) {
-        const float p = exp_lanes::exp_weight(row[c] - s.lse[i]);
-        if (columns != nullptr) columns[j0 + c] += p;
-        if (in_window) window[j0 + c] += p;
+        const float p = exp_lanes::exp_weight(row[c] - s.lse[r]);
+        if (sums.columns != nullptr) sums.columns[j0 + c] += p;
+        if (in_window) sums.window[j0 + c] += p;
       }
     }
   }
@@ -221,15 +258,11 @@ void sum_query_tile(const HeadView& hv, std::int64_t i0, std::int64_t first_wind
 
 void attend_head(const PrefillAttentionInput& in, const PrefillAttentionOutput& out, std::int64_t h, Scratch& s) {
   const HeadView hv = head_view(in, out, h);
-  for (std::int64_t i0 = in.first_query; i0 < in.tokens; i0 += hv.tile) attend_query_tile(hv, i0, s);
-  if (s.lse == nullptr) return;
-  float* columns = out.column_sums.empty() ? nullptr : out.column_sums.data() + h * in.tokens;
-  float* window = out.window_sums.empty() ? nullptr : out.window_sums.data() + h * in.tokens;
-  if (columns != nullptr) std::fill_n(columns, in.tokens, 0.0f);
-  if (window != nullptr) std::fill_n(window, in.tokens, 0.0f);
-  const std::int64_t first_window_query = in.tokens - std::min(in.window, in.tokens);
-  for (std::int64_t i0 = pass_two_first_query(in, columns != nullptr); i0 < in.tokens; i0 += hv.tile) {
-    sum_query_tile(hv, i0, first_window_query, s, columns, window);
+  const HeadSums sums = head_sums(in, out, h);
+  for (std::int64_t i0 = in.first_query; i0 < in.tokens; i0 += hv.tile) {
+    const bool keep = sums.wanted(std::min(i0 + hv.tile, in.tokens));
+    attend_query_tile(hv, i0, s, keep);
+    if (keep) sum_query_tile(hv, i0, sums, s);
   }
 }
 

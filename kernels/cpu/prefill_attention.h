@@ -4,10 +4,13 @@
 // Pass one is flash attention: per query tile, the key tiles up to the diagonal, an online
 // softmax (running max m_i, running sum l_i, the output row as accumulator, rescaled when the max
 // grows); it leaves each row's log-sum-exp lse_i = m_i + log l_i. Pass two (only when column or
-// window sums are asked for) recomputes QKᵀ tile by tile and adds p(i, j) = exp(s_ij - lse_i)
-// into the column sums: the scores a policy (SnapKV, H2O, MiniKV) ranks tokens by, without ever
-// holding a tokens x tokens matrix. Scratch per worker thread is tile² + 2 tile floats, plus
-// tokens floats for the lse when pass two runs: linear in tokens.
+// window sums are asked for) adds p(i, j) = exp(s_ij - lse_i) into the column sums: the scores a
+// policy (SnapKV, H2O, MiniKV) ranks tokens by, without ever holding a tokens x tokens matrix. It
+// is fused into pass one: a query tile keeps its raw scores against every key tile up to the
+// diagonal (a strip of tile x tokens floats) and, as soon as its rows' lse are final, adds their
+// p into the sums, so QKᵀ is computed once. Scratch per worker thread is tile² + 2 tile floats,
+// plus tile + ⌈tokens / tile⌉ · tile² floats (the lse of the tile's rows and the strip) when the
+// sums are asked for: linear in tokens (2 MiB per worker at 8K tokens, tile 64).
 //
 // The oracle is reference/attention.h attention_ref (double) and, for the sums,
 // oracles/retained_attention.h prefill_column_sums_ref.
