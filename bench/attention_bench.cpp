@@ -15,8 +15,9 @@
 //                                head, QKᵀ and PV over the causal half; the sums reuse the
 //                                scores, so they add exps and adds only) and
 //                                vs_gemm, that over Eigen's float GEMM rate; in the ISA
-//                                prefill_attention_isa() picks, and .../portable in the baseline
-//                                x86-64 build of the same kernel, as its side-by-side baseline.
+//                                prefill_attention_isa() picks, and .../avx2 and .../portable in
+//                                the narrower builds of the same kernel (those this CPU has, below
+//                                the one picked), as its side-by-side baselines.
 //   BM_LinearRows / BM_EigenGemm the decode projection (kernels/cpu/dense_ops.h) and Eigen's
 //                                GEMM on the same shape: FLOP/s and vs_gemm; BM_LinearRowsBf16
 //                                the projection over bf16 weights at qwen2.5-0.5b's shapes.
@@ -481,8 +482,10 @@ void register_all() {
     const std::string name = "BM_PrefillAttention/" + std::to_string(tokens);
     benchmark::RegisterBenchmark(name.c_str(), BM_PrefillAttention, tokens, prefill_attention_isa())
         ->Unit(benchmark::kMillisecond);
-    if (prefill_attention_isa() != LinearIsa::kPortable) {
-      benchmark::RegisterBenchmark((name + "/portable").c_str(), BM_PrefillAttention, tokens, LinearIsa::kPortable)
+    // The narrower builds of the same kernel beside it, as its baselines in the same run.
+    for (const LinearIsa isa : {LinearIsa::kAvx2, LinearIsa::kPortable}) {
+      if (isa == prefill_attention_isa() || !linear_isa_available(isa)) continue;
+      benchmark::RegisterBenchmark((name + "/" + linear_isa_name(isa)).c_str(), BM_PrefillAttention, tokens, isa)
           ->Unit(benchmark::kMillisecond);
     }
   }

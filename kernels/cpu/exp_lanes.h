@@ -16,6 +16,10 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#endif
+
 // Lane values only cross always-inline functions, so the AVX argument-passing ABI note is moot.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -62,6 +66,46 @@ inline __attribute__((always_inline)) V exp_of(V x) {
 
 // The scalar version: what every lane of exp_of computes.
 inline float exp_weight(float x) { return exp_of<float, std::int32_t>(x); }
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// exp_of over sixteen lanes, for the AVX-512 builds (callers compiled for AVX-512F): the same
+// arithmetic lane for lane, its three range tests and selects made with AVX-512 compare masks
+// and masked moves. GCC 12 lowers exp_of's compares of 64-byte vectors one lane at a time,
+// through the stack (ExpLanesProps.SixteenLanesAreTheScalarFunction holds the bits). AVX-512F
+// has FMA: the caller must be compiled with -ffp-contract=off (kernels/ is), or the multiplies
+// and adds below may be contracted and change the last bit.
+typedef float ExpLanes16 __attribute__((vector_size(64)));
+typedef std::int32_t ExpI32Lanes16 __attribute__((vector_size(64)));
+
+__attribute__((target("avx512f"))) inline __attribute__((always_inline)) ExpLanes16 exp_of16(ExpLanes16 x) {
+  const __m512 xv = reinterpret_cast<__m512>(x);
+  const __mmask16 low = _mm512_cmp_ps_mask(xv, _mm512_set1_ps(kLow), _CMP_LT_OQ);    // x < kLow
+  const __mmask16 high = _mm512_cmp_ps_mask(xv, _mm512_set1_ps(kHigh), _CMP_GT_OQ);  // x > kHigh
+  const __mmask16 nan = _mm512_cmp_ps_mask(xv, xv, _CMP_UNORD_Q);                    // x != x
+  const __mmask16 out = static_cast<__mmask16>(low | high | nan);
+  // The lanes computed below are then all in range (+0 in the others, as V{} in exp_of).
+  const ExpLanes16 xc = reinterpret_cast<ExpLanes16>(_mm512_maskz_mov_ps(static_cast<__mmask16>(~out), xv));
+  const ExpLanes16 t = xc * kLog2e + kRound;
+  const ExpLanes16 n = t - kRound;
+  const ExpLanes16 r = (xc - n * kLn2Hi) - n * kLn2Lo;
+  const ExpLanes16 z = r * r;
+  ExpLanes16 p = kP0 * r + kP1;
+  p = p * r + kP2;
+  p = p * r + kP3;
+  p = p * r + kP4;
+  p = p * r + kP5;
+  const ExpLanes16 y = (p * z + r) + 1.0f;
+  const ExpI32Lanes16 bits = (__builtin_convertvector(n, ExpI32Lanes16) + 127) << 23;
+  ExpLanes16 scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  const ExpLanes16 e = y * scale;
+  // low ? +0 : (high ? +inf : (nan ? x : e)).
+  __m512 result = _mm512_mask_mov_ps(reinterpret_cast<__m512>(e), nan, xv);
+  result = _mm512_mask_mov_ps(result, high, _mm512_set1_ps(__builtin_inff()));
+  result = _mm512_maskz_mov_ps(static_cast<__mmask16>(~low), result);
+  return reinterpret_cast<ExpLanes16>(result);
+}
+#endif
 
 }  // namespace kvcheck::exp_lanes
 

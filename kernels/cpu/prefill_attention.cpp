@@ -3,8 +3,8 @@
 // max and sum of the query tile, and (when sums are asked for) the query tile's lse and its strip
 // of raw scores against every key tile up to the diagonal, from which the tile's rows add into
 // the column and window sums as soon as their lse is final (pass two fused into pass one).
-// The tile loops are compiled twice (baseline x86-64, and AVX2 + F16C chosen at run time) with the
-// same operations lane for lane (kernels/cpu/prefill_attention_tiles.inc), and give the bits of
+// The tile loops are compiled three times (baseline x86-64, AVX2 + F16C and AVX-512, chosen at run
+// time) with the same operations lane for lane (kernels/cpu/prefill_attention_tiles.inc), and give the bits of
 // the scalar loops below, which they keep for heads whose head_dim is not whole lanes
 // (properties/kernels/prefill_attention_isa_props.cpp).
 #include "kernels/cpu/prefill_attention.h"
@@ -269,6 +269,7 @@ void attend_head(const PrefillAttentionInput& in, const PrefillAttentionOutput& 
 }  // namespace scalar
 
 using lanes::Lanes;
+using lanes::Lanes16;
 using lanes::Lanes4;
 
 namespace portable {
@@ -283,13 +284,23 @@ namespace avx2 {
 #undef KVCHECK_PREFILL_AVX2
 }  // namespace avx2
 #include "kernels/cpu/avx2_target_end.inc"
+
+#include "kernels/cpu/avx512_target_begin.inc"
+namespace avx512 {
+#define KVCHECK_PREFILL_AVX2 1
+#define KVCHECK_PREFILL_AVX512 1
+#include "kernels/cpu/prefill_attention_tiles.inc"
+#undef KVCHECK_PREFILL_AVX512
+#undef KVCHECK_PREFILL_AVX2
+}  // namespace avx512
+#include "kernels/cpu/avx512_target_end.inc"
 #endif
 
 void attend_head(const PrefillAttentionInput& in, const PrefillAttentionOutput& out, std::int64_t h, Scratch& s,
                  LinearIsa isa) {
 #if defined(KVCHECK_PREFILL_HAS_AVX2)
-  // The AVX-512 ISA runs the AVX2 tiles: the prefill tiles have no sixteen-lane build (yet).
-  if (isa == LinearIsa::kAvx2 || isa == LinearIsa::kAvx512) return avx2::attend_head(in, out, h, s);
+  if (isa == LinearIsa::kAvx512) return avx512::attend_head(in, out, h, s);
+  if (isa == LinearIsa::kAvx2) return avx2::attend_head(in, out, h, s);
 #endif
   (void)isa;
   portable::attend_head(in, out, h, s);

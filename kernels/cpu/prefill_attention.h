@@ -49,8 +49,8 @@ struct PrefillAttentionOutput {
 
 // GQA: query head h reads kv head h / (n_heads / n_kv_heads). Key j is visible to query i iff
 // j <= i. Float accumulation. InputError (naming the field) for bad shapes or span sizes.
-// The tile loops run in the ISA prefill_attention_isa() picks (AVX2 + F16C where the CPU has them,
-// else the baseline build); the overload taking `isa` runs the one asked for (std::invalid_argument
+// The tile loops run in the ISA prefill_attention_isa() picks (AVX-512 or AVX2 + F16C where the CPU
+// has them, else the baseline build); the overload taking `isa` runs the one asked for (std::invalid_argument
 // where this CPU lacks it). Every ISA and thread count gives the same bits: the same float
 // operations per element in the same order, without FMA (docs/design.md §9).
 void prefill_attention(const PrefillAttentionInput& in, const PrefillAttentionOutput& out);

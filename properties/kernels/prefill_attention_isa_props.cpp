@@ -1,5 +1,5 @@
 // Prefill attention, bit for bit: the vectorized tile loops (kernels/cpu/prefill_attention.h) in
-// their portable and AVX2 builds against each other and against a straightforward scalar
+// their portable, AVX2 and AVX-512 builds against each other and against a straightforward scalar
 // restatement of the kernel's arithmetic kept here (prefill_attention_scalar). The quick-report
 // baseline and the committed sweep go through this kernel at every prompt, so no ISA, tiling of
 // the work into lanes, or thread count may change a rounding (docs/design.md §9).
@@ -136,6 +136,18 @@ TEST(PrefillAttentionIsaProps, Avx2BuildIsBitIdenticalToPortable) {
     const KernelRun avx2 = run_kernel(c.in, LinearIsa::kAvx2);
     assert_same_bits(avx2, run_kernel(c.in, LinearIsa::kPortable), c);
     assert_same_bits(avx2, prefill_attention_scalar(c.in), c);
+  });
+}
+
+// The sixteen-lane build: two query rows to a register in the scores, sixteen lanes in the
+// weights, the output elements and the sums.
+TEST(PrefillAttentionIsaProps, Avx512BuildIsBitIdenticalToPortable) {
+  if (!linear_isa_available(LinearIsa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX-512 (F, VL, BW, DQ)";
+  check_property("prefill attention/avx512 == portable == scalar restatement", kCases, [] {
+    const PrefillCase c = draw_case();
+    const KernelRun avx512 = run_kernel(c.in, LinearIsa::kAvx512);
+    assert_same_bits(avx512, run_kernel(c.in, LinearIsa::kPortable), c);
+    assert_same_bits(avx512, prefill_attention_scalar(c.in), c);
   });
 }
 
