@@ -3,13 +3,35 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <utility>
 
 #include "oracles/held_rows_ref.h"
 #include "oracles/held_set_builders.h"
 
 namespace kvcheck {
+namespace {
+
+bool same_format(const KvFormat& a, const KvFormat& b) {
+  return a.dtype == b.dtype && a.spec.bits == b.spec.bits && a.spec.granularity == b.spec.granularity &&
+         a.spec.group == b.spec.group;
+}
+
+bool same_tiers(std::span<const KvTier> a, std::span<const KvTier> b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (!same_format(a[i].key, b[i].key) || !same_format(a[i].value, b[i].value) || a[i].key_range != b[i].key_range) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+}  // namespace
 
 EngineStepOracle::EngineStepOracle(Engine& engine, std::int64_t max_reports, Observer observe)
     : engine_(engine), max_reports_(max_reports), observe_(std::move(observe)) {
@@ -37,6 +59,7 @@ void EngineStepOracle::begin(std::string label) {
   keys_.assign(static_cast<std::size_t>(engine_.weights.config.num_hidden_layers), {});
   values_.assign(keys_.size(), {});
   demoted_.clear();
+  memos_.clear();
 }
 
 void EngineStepOracle::on_kv(std::int32_t layer, std::int32_t first, std::int64_t tokens, std::span<const float> k,
@@ -97,8 +120,14 @@ void EngineStepOracle::on_decode_head(const DecodeHeadTrace& s) {
     if (b->before_rows) b->before_rows(engine_, s, h);
   }
   const bool stored = !h.stored_keys.empty();
-  held_rows_ref(h.spec, stored ? h.stored_keys : h.keys, stored ? h.stored_values : h.values, h.tokens, h.held_keys,
-                h.held_values);
+  const std::span<const float> in_keys = stored ? h.stored_keys : h.keys, in_values = stored ? h.stored_values : h.values;
+  if (memo_on_) {
+    memo_held_rows(memos_[{s.request, s.layer, s.kv_head}], h.spec, in_keys, in_values, h.tokens, h.held_keys,
+                   h.held_values);
+  } else {
+    held_rows_ref(h.spec, in_keys, in_values, h.tokens, h.held_keys, h.held_values);
+    rows_derived_ += static_cast<std::int64_t>(h.tokens.size());
+  }
   for (const HeldSetBuilder* b : builders) {
     if (b->after_rows) b->after_rows(engine_, s, h);
   }
@@ -121,7 +150,7 @@ void EngineStepOracle::on_decode_head(const DecodeHeadTrace& s) {
   pruned_mass_max_ = std::max(pruned_mass_max_, r.pruned_mass);
   delta_max_ = std::max(delta_max_, r.delta);
   if (r.full_bound > 0) bound_use_max_ = std::max(bound_use_max_, r.full_error / r.full_bound);
-  if (observe_) observe_(EngineStepHead{s, live, slots, r});
+  if (observe_) observe_(EngineStepHead{s, live, slots, r, h.held, h.held_keys, h.held_values});
   if (!h.selection_violation.empty()) {
     ++selection_violations_;
     if (static_cast<std::int64_t>(reports_.size()) < max_reports_) {
@@ -135,6 +164,130 @@ void EngineStepOracle::on_decode_head(const DecodeHeadTrace& s) {
   if (static_cast<std::int64_t>(reports_.size()) < max_reports_) {
     reports_.push_back(fmt::format("oracle violation: {}, position {}, layer {}, kv head {}, {} tokens held of {}: {}",
                                    label_, s.position, s.layer, s.kv_head, h.held.size(), context, r.describe()));
+  }
+}
+
+void EngineStepOracle::memo_held_rows(HeldRowsMemo& m, const HeldRowsSpec& spec, std::span<const float> keys,
+                                      std::span<const float> values, std::span<const HeldToken> held,
+                                      std::vector<float>& held_keys, std::vector<float>& held_values) {
+  using Kind = HeldRowsMemo::Kind;
+  const std::int64_t d = spec.head_dim;
+  const auto ud = static_cast<std::size_t>(d);
+  // A residual policy's tier-1 tokens are derived G at a time; a count that is not whole groups
+  // is held_rows_ref's error to raise, and nothing of this check is kept.
+  std::vector<std::size_t> low;  // indices into held
+  if (spec.residual) {
+    for (std::size_t i = 0; i < held.size(); ++i) {
+      if (held[i].tier == 1) low.push_back(i);
+    }
+  }
+  const std::int64_t G =
+      low.empty() ? 1 : (spec.fp8_page_tokens > 0 ? spec.fp8_page_tokens : spec.tiers[1].key.spec.token_group());
+  std::int32_t last = -1;
+  for (const HeldToken& t : held) last = std::max(last, t.position);
+  if (d <= 0 || G <= 0 || static_cast<std::int64_t>(low.size()) % G != 0 ||
+      keys.size() < static_cast<std::size_t>(last + 1) * ud || values.size() < keys.size()) {
+    m = HeldRowsMemo{};
+    held_rows_ref(spec, keys, values, held, held_keys, held_values);
+    rows_derived_ += static_cast<std::int64_t>(held.size());
+    return;
+  }
+  // Every row depends on these: when any changed, nothing is reused. The FP8 scales only when a
+  // tier stores FP8 (no other format reads them).
+  bool fp8 = false;
+  for (const KvTier& t : spec.tiers) fp8 = fp8 || t.key.dtype == KvDType::kFp8E4M3 || t.value.dtype == KvDType::kFp8E4M3;
+  const std::array<float, 2> scale = fp8 ? held_rows_fp8_scales(spec, keys, values) : std::array<float, 2>{0.0f, 0.0f};
+  if (!same_tiers(m.tiers, spec.tiers) || m.residual != spec.residual || m.head_dim != d ||
+      m.page_tokens != spec.fp8_page_tokens || !same_bits(m.fixed_scale[0], spec.fp8_fixed_scale[0]) ||
+      !same_bits(m.fixed_scale[1], spec.fp8_fixed_scale[1]) || !same_bits(m.scale[0], scale[0]) ||
+      !same_bits(m.scale[1], scale[1])) {
+    m = HeldRowsMemo{};
+    m.tiers.assign(spec.tiers.begin(), spec.tiers.end());
+    m.residual = spec.residual;
+    m.head_dim = d;
+    m.page_tokens = spec.fp8_page_tokens;
+    m.fixed_scale[0] = spec.fp8_fixed_scale[0];
+    m.fixed_scale[1] = spec.fp8_fixed_scale[1];
+    m.scale[0] = scale[0];
+    m.scale[1] = scale[1];
+  }
+  const auto positions = static_cast<std::size_t>(last + 1);
+  if (m.entries.size() < positions) {
+    m.entries.resize(positions);
+    m.in_k.resize(positions * ud);
+    m.in_v.resize(positions * ud);
+    m.out_k.resize(positions * ud);
+    m.out_v.resize(positions * ud);
+  }
+  auto same_inputs = [&](std::int32_t p) {
+    const std::size_t at = static_cast<std::size_t>(p) * ud;
+    return std::memcmp(m.in_k.data() + at, keys.data() + at, ud * sizeof(float)) == 0 &&
+           std::memcmp(m.in_v.data() + at, values.data() + at, ud * sizeof(float)) == 0;
+  };
+  // Which rows can be reused: all decided before the memo changes.
+  std::vector<char> reuse(held.size(), 0);
+  for (std::size_t i = 0; i < held.size(); ++i) {
+    const HeldToken& t = held[i];
+    if (spec.residual && t.tier == 1) continue;
+    const HeldRowsMemo::Entry& e = m.entries[static_cast<std::size_t>(t.position)];
+    reuse[i] = e.kind == Kind::kSingle && e.tier == t.tier && e.demoted == t.demoted && same_inputs(t.position);
+  }
+  const auto ug = static_cast<std::size_t>(G);
+  for (std::size_t first = 0; first < low.size(); first += ug) {
+    const std::uint64_t id = m.entries[static_cast<std::size_t>(held[low[first]].position)].group;
+    bool ok = true;
+    for (std::size_t j = 0; ok && j < ug; ++j) {
+      const HeldToken& t = held[low[first + j]];
+      const HeldRowsMemo::Entry& e = m.entries[static_cast<std::size_t>(t.position)];
+      ok = e.kind == Kind::kGroup && e.group == id && e.index == static_cast<std::int64_t>(j) && e.tier == t.tier &&
+           e.demoted == t.demoted && same_inputs(t.position);
+    }
+    for (std::size_t j = 0; j < ug; ++j) reuse[low[first + j]] = ok;
+  }
+  held_keys.assign(held.size() * ud, 0.0f);
+  held_values.assign(held_keys.size(), 0.0f);
+  std::vector<HeldToken> fresh;  // the rest, in held's (ascending) order: whole groups stay whole
+  std::vector<std::size_t> fresh_at;
+  for (std::size_t i = 0; i < held.size(); ++i) {
+    if (reuse[i]) {
+      const std::size_t from = static_cast<std::size_t>(held[i].position) * ud;
+      std::copy_n(m.out_k.begin() + static_cast<std::ptrdiff_t>(from), d, held_keys.begin() + static_cast<std::ptrdiff_t>(i * ud));
+      std::copy_n(m.out_v.begin() + static_cast<std::ptrdiff_t>(from), d, held_values.begin() + static_cast<std::ptrdiff_t>(i * ud));
+    } else {
+      fresh.push_back(held[i]);
+      fresh_at.push_back(i);
+    }
+  }
+  rows_reused_ += static_cast<std::int64_t>(held.size() - fresh.size());
+  if (fresh.empty()) return;
+  std::vector<float> fk, fv;
+  held_rows_ref(spec, keys, values, fresh, fk, fv);
+  rows_derived_ += static_cast<std::int64_t>(fresh.size());
+  // Group ids for the groups derived now (their tokens are consecutive in `fresh`).
+  std::vector<std::uint64_t> group_of(held.size(), 0);
+  std::vector<std::int64_t> index_of(held.size(), 0);
+  for (std::size_t first = 0; first < low.size(); first += ug) {
+    if (reuse[low[first]]) continue;
+    const std::uint64_t id = m.next_group++;
+    for (std::size_t j = 0; j < ug; ++j) {
+      group_of[low[first + j]] = id;
+      index_of[low[first + j]] = static_cast<std::int64_t>(j);
+    }
+  }
+  for (std::size_t r = 0; r < fresh.size(); ++r) {
+    const std::size_t i = fresh_at[r];
+    const HeldToken& t = held[i];
+    const std::size_t at = static_cast<std::size_t>(t.position) * ud;
+    const auto row = static_cast<std::ptrdiff_t>(r * ud);
+    std::copy_n(fk.begin() + row, d, held_keys.begin() + static_cast<std::ptrdiff_t>(i * ud));
+    std::copy_n(fv.begin() + row, d, held_values.begin() + static_cast<std::ptrdiff_t>(i * ud));
+    std::copy_n(fk.begin() + row, d, m.out_k.begin() + static_cast<std::ptrdiff_t>(at));
+    std::copy_n(fv.begin() + row, d, m.out_v.begin() + static_cast<std::ptrdiff_t>(at));
+    std::copy_n(keys.begin() + static_cast<std::ptrdiff_t>(at), d, m.in_k.begin() + static_cast<std::ptrdiff_t>(at));
+    std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(at), d, m.in_v.begin() + static_cast<std::ptrdiff_t>(at));
+    const bool grouped = spec.residual && t.tier == 1;
+    m.entries[static_cast<std::size_t>(t.position)] =
+        HeldRowsMemo::Entry{grouped ? Kind::kGroup : Kind::kSingle, t.tier, t.demoted, group_of[i], index_of[i]};
   }
 }
 

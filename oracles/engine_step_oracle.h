@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <set>
 #include <span>
 #include <string>
@@ -22,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "optimized/engine.h"
+#include "oracles/held_rows_ref.h"
 #include "oracles/step_oracle.h"
 
 namespace kvcheck {
@@ -32,6 +34,10 @@ struct EngineStepHead {
   std::span<const LiveToken> live;  // the head's live tokens after the step, in walk order
   std::span<const SlotRef> slots;   // their slots, in the same order
   const DecodeStepCheck& check;     // the oracle's verdict on this head's step
+  // The held set the check used (after the policy's builders): positions ascending, and their
+  // rows as stored, dequantized, in the check's space ([held][head_dim]).
+  std::span<const std::int32_t> held;
+  std::span<const float> held_keys, held_values;
 };
 
 class EngineStepOracle {
@@ -53,6 +59,16 @@ class EngineStepOracle {
   // Starts a request: its steps are reported under `label` (e.g. "prompt 3 (heldout ...)").
   void begin(std::string label);
 
+  // Reuse of held rows between checks (on by default; see HeldRowsMemo). Off: every check derives
+  // every held row afresh (held_rows_ref), as the memo's property compares against.
+  void set_held_rows_memo(bool on) {
+    memo_on_ = on;
+    memos_.clear();
+  }
+  // Held rows (one per held token and check) taken from the memo, and derived afresh.
+  std::int64_t held_rows_reused() const { return rows_reused_; }
+  std::int64_t held_rows_derived() const { return rows_derived_; }
+
   std::int64_t checks() const { return checks_; }
   std::int64_t violations() const { return held_violations_ + full_violations_ + selection_violations_; }
   // Printed lines, one per violation, up to max_reports.
@@ -65,6 +81,34 @@ class EngineStepOracle {
   // Builds the head's held set (oracles/held_set_builders.h: the plain derivation and the policy's
   // builders) and checks the step against it.
   void on_decode_head(const DecodeHeadTrace& step);
+
+  // The held rows of a head's previous check, with everything each was derived from, so that a
+  // check derives afresh only the rows whose inputs changed. held_rows_ref gives a token's rows
+  // as a function of: its input rows (the exact rows, or the ones a builder says the cache
+  // quantized), its tier and demotion, the tiers' formats, the residual flag, the FP8 scales
+  // (held_rows_fp8_scales) and page size; and for a residual policy's tier-1 token, of its whole
+  // group's (the same G positions, each with those inputs). A row is reused only when all of that
+  // is bit for bit what it was; anything else is derived again.
+  struct HeldRowsMemo {
+    enum class Kind : std::uint8_t { kNone, kSingle, kGroup };
+    struct Entry {
+      Kind kind = Kind::kNone;
+      int tier = 0;
+      bool demoted = false;
+      std::uint64_t group = 0;  // kGroup: the derivation's group id, and this row's index in it
+      std::int64_t index = 0;
+    };
+    std::vector<KvTier> tiers;
+    bool residual = false;
+    std::int64_t head_dim = 0, page_tokens = 0;
+    float fixed_scale[2] = {0.0f, 0.0f}, scale[2] = {0.0f, 0.0f};
+    std::vector<Entry> entries;                  // [position]
+    std::vector<float> in_k, in_v, out_k, out_v;  // [position][head_dim]: the input rows and the held rows
+    std::uint64_t next_group = 1;
+  };
+  void memo_held_rows(HeldRowsMemo& m, const HeldRowsSpec& spec, std::span<const float> keys,
+                      std::span<const float> values, std::span<const HeldToken> held, std::vector<float>& held_keys,
+                      std::vector<float>& held_values);
 
   Engine& engine_;
   RunnerTrace trace_;
@@ -80,6 +124,9 @@ class EngineStepOracle {
   double held_error_max_ = 0.0, full_error_max_ = 0.0, pruned_mass_max_ = 0.0, delta_max_ = 0.0;
   double bound_use_max_ = 0.0;  // max over checks of full_error / full_bound
   std::vector<std::string> reports_;
+  bool memo_on_ = true;
+  std::int64_t rows_reused_ = 0, rows_derived_ = 0;
+  std::map<std::tuple<std::int64_t, std::int32_t, std::int32_t>, HeldRowsMemo> memos_;  // (request, layer, kv head)
 };
 
 }  // namespace kvcheck

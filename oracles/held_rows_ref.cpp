@@ -60,12 +60,17 @@ std::vector<float> row_of(std::span<const float> rows, std::int32_t position, st
 
 }  // namespace
 
+std::array<float, 2> held_rows_fp8_scales(const HeldRowsSpec& spec, std::span<const float> keys,
+                                          std::span<const float> values) {
+  const std::int64_t d = spec.head_dim;
+  return {spec.fp8_fixed_scale[0] > 0.0f ? spec.fp8_fixed_scale[0] : fp8_head_scale(keys, spec.prompt_len, d),
+          spec.fp8_fixed_scale[1] > 0.0f ? spec.fp8_fixed_scale[1] : fp8_head_scale(values, spec.prompt_len, d)};
+}
+
 void held_rows_ref(const HeldRowsSpec& spec, std::span<const float> keys, std::span<const float> values,
                    std::span<const HeldToken> held, std::vector<float>& held_keys, std::vector<float>& held_values) {
   const std::int64_t d = spec.head_dim;
-  const float scale[2] = {
-      spec.fp8_fixed_scale[0] > 0.0f ? spec.fp8_fixed_scale[0] : fp8_head_scale(keys, spec.prompt_len, d),
-      spec.fp8_fixed_scale[1] > 0.0f ? spec.fp8_fixed_scale[1] : fp8_head_scale(values, spec.prompt_len, d)};
+  const std::array<float, 2> scale = held_rows_fp8_scales(spec, keys, values);
   const auto h = held.size();
   held_keys.assign(h * static_cast<std::size_t>(d), 0.0f);
   held_values.assign(held_keys.size(), 0.0f);

@@ -13,6 +13,7 @@
 //                                groups of G tokens formed by the tier's tokens in position order.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -41,6 +42,12 @@ struct HeldRowsSpec {
 // store (a residual tier whose token count is not whole groups).
 void held_rows_ref(const HeldRowsSpec& spec, std::span<const float> keys, std::span<const float> values,
                    std::span<const HeldToken> held, std::vector<float>& held_keys, std::vector<float>& held_values);
+
+// The FP8 scales (keys, values) held_rows_ref applies: the fixed ones when given, else the amax of
+// the prompt rows / 448. Every held row depends on the rows beyond its own only through these
+// (and, for a residual tier, through its group's rows).
+std::array<float, 2> held_rows_fp8_scales(const HeldRowsSpec& spec, std::span<const float> keys,
+                                          std::span<const float> values);
 
 // Rows [n][head_dim] stored in `format` as one block (per-channel: n a multiple of G), dequantized.
 // FP8 uses fp8_scale.
