@@ -2,7 +2,8 @@
 # The test gate: install dependencies if missing, configure, build, run every test suite, then
 # build the Python package (pip install ./python) and run its tests (pytest python/tests).
 #
-#   ./ci/test.sh                      everything (labels unit, property, slow, gpu)
+#   ./ci/test.sh                      everything but the real-shape reports (labels unit, property,
+#                                     slow, gpu; label real-shape is ci/real-shapes.sh's job)
 #   ./ci/test.sh -L unit              extra arguments go to ctest
 #
 # Environment: KVCHECK_BUILD_DIR (default build), KVCHECK_JOBS (default: number of cores),
@@ -37,7 +38,7 @@ ctest --test-dir "$build_dir" --output-on-failure -L gpu -V "$@" >"$gpu_log" 2>&
 grep -E "Skipped|skipped|Passed|Failed|tests passed|No tests" "$gpu_log" | grep -vE "^\s*$" || true
 echo
 echo "== unit, property and slow tests =="
-ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" -LE gpu "$@" 2>&1 | tee "$main_log" ||
+ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" -LE "gpu|real-shape" "$@" 2>&1 | tee "$main_log" ||
   status=$?
 
 # The Python package: built against nothing but the sources (no download: --no-build-isolation,

@@ -4,11 +4,12 @@
 // the retrieval items must run, both through that tokenizer (no random-id fallback), and every
 // configuration's per-step oracle must hold.
 //
-// The gate's size: a policy of each kind over the two shapes (uniform fp8 / int4, evicting h2o
+// The small size: a policy of each kind over the two shapes (uniform fp8 / int4, evicting h2o
 // and tiered leankv on the 0.5B shape; residual kivi2 and evicting snapkv on the 1B one), one
-// budget, two retrieval items: about 3 + 5 minutes on 2 cores. The two hold a lock so their
-// peak RSS (the reference computes in double: 5.9 and ~12 GB) never adds up. Every registered
-// policy at the full --quick size is ci/real-shapes.sh (docs/models.md, "Real shapes without weights").
+// budget, two retrieval items: about 3 + 5 minutes on 2 cores, label real-shape, run by
+// ci/real-shapes.sh beside every registered policy at the full --quick size (the gate leaves them
+// out to stay within 30 minutes; docs/models.md, "Real shapes without weights"). The two hold a
+// lock so their peak RSS (the reference computes in double: 5.9 and ~12 GB) never adds up.
 #include <gtest/gtest.h>
 
 #include <algorithm>
