@@ -63,5 +63,44 @@ TEST(PageCodes, RowsRoundTripThroughTheSegment) {
   EXPECT_THROW(store_value_row(segment, t, tokens, 8, row), std::logic_error);
 }
 
+// store/load move a row in runs (one per key chunk, one per value unit) placed at each run's first
+// byte: every byte of every stored format, at every head_dim and slot, must still land where the
+// per-byte definition (key_code_offset / value_code_offset) says, and nothing else be written.
+TEST(PageCodes, EveryByteOfARowLandsAtItsDefinedOffset) {
+  std::vector<KvFormat> formats = {fp32_format(), fp16_format(), fp8_e4m3_format()};
+  for (const int bits : {2, 4, 8}) {
+    formats.push_back(int_format(per_token(bits)));
+    formats.push_back(int_format(per_channel(bits)));
+    formats.push_back(int_format(per_token_group(bits, 32)));
+  }
+  const std::int64_t tokens = 16;
+  for (const KvFormat& f : formats) {
+    for (const std::int64_t d : {32, 64, 96, 128}) {
+      for (const bool keys : {true, false}) {
+        const CodeTiling t = keys ? key_code_tiling(f, d) : value_code_tiling(f, d);
+        const auto row_bytes = static_cast<std::size_t>(t.row_units * t.unit_bytes);
+        for (const std::int64_t slot : {std::int64_t{0}, std::int64_t{5}, tokens - 1}) {
+          SCOPED_TRACE(testing::Message() << (keys ? "keys" : "values") << " of " << kv_format_name(f) << ", d " << d
+                                          << ", slot " << slot);
+          std::vector<std::uint8_t> segment(static_cast<std::size_t>(tokens) * row_bytes, 0);
+          std::vector<std::uint8_t> row(row_bytes);
+          for (std::size_t b = 0; b < row.size(); ++b) row[b] = static_cast<std::uint8_t>(1 + b % 251);
+          (keys ? store_key_row : store_value_row)(segment, t, tokens, slot, row);
+          std::vector<std::uint8_t> expected(segment.size(), 0);
+          for (std::size_t b = 0; b < row.size(); ++b) {
+            const std::int64_t at = keys ? key_code_offset(t, tokens, slot, static_cast<std::int64_t>(b))
+                                         : value_code_offset(t, tokens, slot, static_cast<std::int64_t>(b));
+            expected[static_cast<std::size_t>(at)] = row[b];
+          }
+          ASSERT_EQ(segment, expected);
+          std::vector<std::uint8_t> back(row_bytes, 0);
+          (keys ? load_key_row : load_value_row)(segment, t, tokens, slot, back);
+          ASSERT_EQ(back, row);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvcheck
