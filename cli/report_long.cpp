@@ -41,6 +41,12 @@ constexpr std::int64_t kUnset = -1;
 // spends a quarter of batch 1's projection time per token (docs/perf/2026-11-28-smollm2-bench-engine.json).
 constexpr std::size_t kLongBatch = 4;
 
+// Calls run(first, end) for consecutive batches [first, end) of at most kLongBatch of n things.
+template <typename Run>
+void in_batches(std::size_t n, Run run) {
+  for (std::size_t first = 0; first < n; first += kLongBatch) run(first, std::min(n, first + kLongBatch));
+}
+
 // The windows and items of one length, and what the reference and the full-precision engine did
 // on them.
 struct LengthInputs {
@@ -508,90 +514,88 @@ int run_long_report(const ReportArgs& args) {
         specs[k] = run_specs[spec];
         options.cover(*make_policy(specs[k]));
       }
+      std::vector<PrefillCapture> window_captures, item_captures;
+      for (const Prompt& w : in.windows) {
+        window_captures.push_back(full->runner->capture_prefill(
+            std::span<const std::int32_t>(w.tokens).first(static_cast<std::size_t>(P)), options));
+      }
+      for (const RetrievalCase& rc : in.items) item_captures.push_back(full->runner->capture_prefill(rc.prompt, options));
+      // The full-precision engine's own greedy answers: a policy is also judged against what the
+      // model could do uncompressed (a small model misses some items at full precision).
       {
-        std::vector<PrefillCapture> window_captures, item_captures;
-        for (const Prompt& w : in.windows) {
-          window_captures.push_back(full->runner->capture_prefill(
-              std::span<const std::int32_t>(w.tokens).first(static_cast<std::size_t>(P)), options));
-        }
-        for (const RetrievalCase& rc : in.items) item_captures.push_back(full->runner->capture_prefill(rc.prompt, options));
-        // The full-precision engine's own greedy answers: a policy is also judged against what the
-        // model could do uncompressed (a small model misses some items at full precision).
+        const std::unique_ptr<Engine> answering = long_engine("full-fp32", in);
+        in_batches(in.items.size(), [&](std::size_t first, std::size_t end) {
+          std::vector<EngineGenerateRequest> batch;
+          for (std::size_t i = first; i < end; ++i) {
+            EngineGenerateRequest q;
+            q.request = static_cast<std::int64_t>(i);
+            q.prompt = in.items[i].prompt;
+            q.options.max_new_tokens = static_cast<std::int64_t>(in.items[i].answer.size());
+            q.options.stop_at_eos = false;
+            q.options.prefill = &item_captures[i];
+            batch.push_back(q);
+          }
+          for (EngineGenerateResult& r : engine_generate_batch(*answering, batch)) {
+            in.full_precision.push_back(std::move(r.generated));
+          }
+        });
+      }
+      std::vector<const PrefillCapture*> oracle_prefills;
+      for (const PrefillCapture& pc : window_captures) oracle_prefills.push_back(&pc);
+      for (std::size_t k = 0; k < configs.size(); ++k) {
+        const auto t_cfg = std::chrono::steady_clock::now();
+        ConfigAccum& acc = accum[k];
+        std::unique_ptr<Engine> engine = long_engine(specs[k], in);
+        LengthRow lr;
+        lr.exact.resize(n_depths);
+        lr.agree.resize(n_depths);
         {
-          const std::unique_ptr<Engine> answering = long_engine("full-fp32", in);
-          for (std::size_t i0 = 0; i0 < in.items.size(); i0 += kLongBatch) {
-            std::vector<EngineGenerateRequest> batch;
-            for (std::size_t i = i0; i < std::min(in.items.size(), i0 + kLongBatch); ++i) {
-              EngineGenerateRequest q;
-              q.request = static_cast<std::int64_t>(i);
-              q.prompt = in.items[i].prompt;
-              q.options.max_new_tokens = static_cast<std::int64_t>(in.items[i].answer.size());
-              q.options.stop_at_eos = false;
-              q.options.prefill = &item_captures[i];
-              batch.push_back(q);
+          AccuracyRun measured(*engine, c);
+          // The windows, then the items, decoded kLongBatch at a time (the same bits as one by one).
+          in_batches(in.windows.size(), [&](std::size_t first, std::size_t end) {
+            std::vector<AccuracyRun::TextWindow> batch;
+            for (std::size_t w = first; w < end; ++w) {
+              batch.push_back({static_cast<std::int64_t>(w), in.windows[w].tokens, P, in.reference[w], &window_captures[w]});
+              lr.reference_nll += in.reference_nll[w];
             }
-            for (EngineGenerateResult& r : engine_generate_batch(*answering, batch)) {
-              in.full_precision.push_back(std::move(r.generated));
+            measured.add_texts(batch);
+          });
+          measured.finish_text();
+          std::vector<std::vector<std::int32_t>> answers;
+          in_batches(in.items.size(), [&](std::size_t first, std::size_t end) {
+            std::vector<AccuracyRun::RetrievalRun> batch;
+            for (std::size_t i = first; i < end; ++i) {
+              batch.push_back({100000 + static_cast<std::int64_t>(i), &in.items[i], &item_captures[i]});
             }
+            for (std::vector<std::int32_t>& a : measured.add_retrievals(batch)) answers.push_back(std::move(a));
+          });
+          for (std::size_t i = 0; i < in.items.size(); ++i) {
+            const std::vector<std::int32_t>& got = answers[i];
+            const auto d = static_cast<std::size_t>(in.item_depth[i]);
+            const bool ok = exact_match(got, in.items[i].answer);
+            const bool same = exact_match(got, in.full_precision[i]);
+            lr.exact[d].add(ok);
+            lr.agree[d].add(same);
+            acc.exact.add(ok);
+            acc.agree.add(same);
+            acc.by_task[in.items[i].item.task].add(ok);
           }
+          acc.overall.merge(measured.distribution());
+          lr.nll = measured.nll();
+          lr.predicted = measured.predicted();
+          lr.row = measured.finish();
         }
-        std::vector<const PrefillCapture*> oracle_prefills;
-        for (const PrefillCapture& pc : window_captures) oracle_prefills.push_back(&pc);
-        for (std::size_t k = 0; k < configs.size(); ++k) {
-          const auto t_cfg = std::chrono::steady_clock::now();
-          ConfigAccum& acc = accum[k];
-          std::unique_ptr<Engine> engine = long_engine(specs[k], in);
-          LengthRow lr;
-          lr.exact.resize(n_depths);
-          lr.agree.resize(n_depths);
-          {
-            AccuracyRun measured(*engine, c);
-            // The windows, then the items, decoded kLongBatch at a time (the same bits as one by one).
-            for (std::size_t w0 = 0; w0 < in.windows.size(); w0 += kLongBatch) {
-              std::vector<AccuracyRun::TextWindow> batch;
-              for (std::size_t w = w0; w < std::min(in.windows.size(), w0 + kLongBatch); ++w) {
-                batch.push_back({static_cast<std::int64_t>(w), in.windows[w].tokens, P, in.reference[w], &window_captures[w]});
-                lr.reference_nll += in.reference_nll[w];
-              }
-              measured.add_texts(batch);
-            }
-            measured.finish_text();
-            std::vector<std::vector<std::int32_t>> answers;
-            for (std::size_t i0 = 0; i0 < in.items.size(); i0 += kLongBatch) {
-              std::vector<AccuracyRun::RetrievalRun> batch;
-              for (std::size_t i = i0; i < std::min(in.items.size(), i0 + kLongBatch); ++i) {
-                batch.push_back({100000 + static_cast<std::int64_t>(i), &in.items[i], &item_captures[i]});
-              }
-              for (std::vector<std::int32_t>& a : measured.add_retrievals(batch)) answers.push_back(std::move(a));
-            }
-            for (std::size_t i = 0; i < in.items.size(); ++i) {
-              const std::vector<std::int32_t>& got = answers[i];
-              const auto d = static_cast<std::size_t>(in.item_depth[i]);
-              const bool ok = exact_match(got, in.items[i].answer);
-              const bool same = exact_match(got, in.full_precision[i]);
-              lr.exact[d].add(ok);
-              lr.agree[d].add(same);
-              acc.exact.add(ok);
-              acc.agree.add(same);
-              acc.by_task[in.items[i].item.task].add(ok);
-            }
-            acc.overall.merge(measured.distribution());
-            lr.nll = measured.nll();
-            lr.predicted = measured.predicted();
-            lr.row = measured.finish();
-          }
-          if (mode.oracle_windows > 0) {
-            const OracleCounts o =
-                run_step_oracle(model, run, specs[k], in.windows, P, mode.oracle_windows, oracle_prefills, mode.oracle_steps);
-            acc.checks += o.checks;
-            acc.violations += o.violations;
-          }
-          acc.engine_name = lr.row.name;
-          lr.spec = specs[k];
-          acc.wall_s += seconds_since(t_cfg);
-          acc.lengths.push_back(std::move(lr));
-          bar.update(++done, steps);
+        if (mode.oracle_windows > 0) {
+          const OracleCounts o =
+              run_step_oracle(model, run, specs[k], in.windows, P, mode.oracle_windows, oracle_prefills, mode.oracle_steps);
+          acc.checks += o.checks;
+          acc.violations += o.violations;
         }
+        acc.engine_name = lr.row.name;
+        lr.spec = specs[k];
+        acc.wall_s += seconds_since(t_cfg);
+        acc.lengths.push_back(std::move(lr));
+        bar.update(++done, steps);
       }
     }
   }
