@@ -2,6 +2,7 @@
 
 #include "kernels/cpu/dense_ops.h"
 #include "kernels/cpu/parallel_for.h"
+#include "reference/dot_rows.h"
 
 #include <Eigen/Core>
 #include <algorithm>
@@ -143,6 +144,26 @@ double eigen_gemm_double_flops_per_s(int threads) {
                  Eigen::MatrixXd(kGemmN, kGemmN)};
     });
   });
+}
+
+double dot_rows_flops_per_s(int threads) {
+  static RateCache rates;
+  return rates.get(threads, [](int t) {
+    return concurrent_flops_per_s(t, 5, 2.0 * static_cast<double>(kGemmN * kGemmN * kGemmN), [] {
+      struct Run {
+        MatrixRMd x, w, y;
+        void operator()() {
+          dot_rows(x, w, y);
+          asm volatile("" : : "r"(y.data()) : "memory");
+        }
+      };
+      return Run{MatrixRMd::Random(kGemmN, kGemmN), MatrixRMd::Random(kGemmN, kGemmN), MatrixRMd(kGemmN, kGemmN)};
+    });
+  });
+}
+
+double reference_compute_flops_per_s(int threads) {
+  return std::max(eigen_gemm_double_flops_per_s(threads), dot_rows_flops_per_s(threads));
 }
 
 double linear_rows_flops_per_s() { return linear_rows_flops_per_s(1); }

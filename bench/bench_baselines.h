@@ -20,9 +20,14 @@ double copy_bandwidth_bytes_per_s();
 double copy_bandwidth_bytes_per_s(int threads);
 double eigen_gemm_flops_per_s();
 double eigen_gemm_flops_per_s(int threads);
-// Eigen's double GEMM, 1024 x 1024 x 1024, best of 5, as `threads` copies at once: the compute
-// ceiling of the double-precision reference (kvcheck bench --reference-prefill).
+// Eigen's double GEMM, 1024 x 1024 x 1024, best of 5, as `threads` copies at once.
 double eigen_gemm_double_flops_per_s(int threads);
+// The reference's product kernel (reference/dot_rows.h) on the same 1024 x 1024 x 1024 operands,
+// best of 5, as `threads` copies at once.
+double dot_rows_flops_per_s(int threads);
+// max(eigen_gemm_double_flops_per_s(t), dot_rows_flops_per_s(t)): the compute ceiling of the
+// double-precision reference (kvcheck bench --reference-prefill).
+double reference_compute_flops_per_s(int threads);
 double linear_rows_flops_per_s();
 double linear_rows_flops_per_s(int threads);
 // max(eigen_gemm_flops_per_s(t), linear_rows_flops_per_s(t)): the compute rate of t threads

@@ -153,7 +153,7 @@ void add_bench(CLI::App& app, BenchArgs& args) {
                 "hours at long prompts); the engine rows and their roofline only");
   cmd->add_flag("--reference-prefill", args.reference_prefill,
                 "The reference's prefill of --tokens random ids (logits of the last row) against its roofline "
-                "(double GEMM rate and copy bandwidth on the same threads), measured side by side in this run");
+                "(double compute rate, the faster of Eigen's GEMM and the reference's dot_rows, and copy bandwidth on the same threads), measured side by side in this run");
   cmd->add_option("--tokens", args.tokens, "--reference-prefill: prompt tokens")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

@@ -1,14 +1,15 @@
 // kvcheck bench --reference-prefill: the reference's prefill (ReferenceModel::forward_from over
 // --tokens random ids, the logits of the last row only) against its roofline, both in this run:
-// the double GEMM rate and the copy bandwidth on the same threads (bench/bench_baselines.h), the
-// FLOPs and bytes of bench/reference_roofline.h, roofline time = max(FLOPs / GEMM rate, bytes /
-// copy bandwidth), and the ratio roofline / measured (1: the forward runs at its GEMMs' ceiling).
+// the double compute rate (the faster of Eigen's double GEMM and the reference's own dot_rows on
+// 1024^3 operands) and the copy bandwidth on the same threads (bench/bench_baselines.h), the
+// FLOPs and bytes of bench/reference_roofline.h, roofline time = max(FLOPs / compute rate, bytes /
+// copy bandwidth), and the ratio roofline / measured (1: the forward runs at its products' ceiling).
 // The forward's time is also given per part (ForwardProfile): projections, attention, lm_head and
 // the element-wise rest.
 //
 // JSON (--json FILE, written atomically): format "kvcheck-bench-reference-prefill", version 1;
-// model, tokens, first_logit_row, threads, seed; machine {gemm_double_flops_per_s,
-// copy_bytes_per_s}; work {projection_flops, attention_flops, lm_head_flops, flops, bytes};
+// model, tokens, first_logit_row, threads, seed; machine {gemm_double_flops_per_s (the compute
+// rate the roofline takes), eigen_gemm_double_flops_per_s, dot_rows_flops_per_s, copy_bytes_per_s}; work {projection_flops, attention_flops, lm_head_flops, flops, bytes};
 // measured {seconds, projections_s, attention_s, lm_head_s, other_s}; roofline {compute_s,
 // bandwidth_s, seconds, bound}; ratio (roofline seconds / measured seconds).
 #include <chrono>
@@ -48,7 +49,9 @@ int run_reference_prefill_bench(const BenchArgs& args) {
   const std::int64_t first = args.tokens - 1;
 
   // The two rates first, on the threads the forward runs, then the forward.
-  const double gemm = eigen_gemm_double_flops_per_s(threads);
+  const double eigen = eigen_gemm_double_flops_per_s(threads);
+  const double dot = dot_rows_flops_per_s(threads);
+  const double gemm = reference_compute_flops_per_s(threads);
   const double copy = copy_bandwidth_bytes_per_s(threads);
   ForwardProfile prof;
   const auto start = std::chrono::steady_clock::now();
@@ -69,8 +72,9 @@ int run_reference_prefill_bench(const BenchArgs& args) {
              "logits of the last row, {} threads\n",
              model_name, c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
              args.tokens, threads);
-  fmt::print("machine (this run, {} threads): double GEMM {:.2f} GFLOP/s, copy {:.2f} GB/s\n", threads, gemm * 1e-9,
-             copy * 1e-9);
+  fmt::print("machine (this run, {} threads): double compute {:.2f} GFLOP/s (Eigen GEMM {:.2f}, dot_rows {:.2f}), "
+             "copy {:.2f} GB/s\n",
+             threads, gemm * 1e-9, eigen * 1e-9, dot * 1e-9, copy * 1e-9);
   fmt::print("work: {:.1f} GFLOP (projections {:.1f}, attention {:.1f}, lm_head {:.2f}), {:.2f} GB\n",
              work.flops() * 1e-9, work.projection_flops * 1e-9, work.attention_flops * 1e-9, work.lm_head_flops * 1e-9,
              work.bytes * 1e-9);
@@ -88,7 +92,10 @@ int run_reference_prefill_bench(const BenchArgs& args) {
     j["first_logit_row"] = first;
     j["threads"] = threads;
     j["seed"] = args.seed;
-    j["machine"] = {{"gemm_double_flops_per_s", gemm}, {"copy_bytes_per_s", copy}};
+    j["machine"] = {{"gemm_double_flops_per_s", gemm},
+                    {"eigen_gemm_double_flops_per_s", eigen},
+                    {"dot_rows_flops_per_s", dot},
+                    {"copy_bytes_per_s", copy}};
     j["work"] = {{"projection_flops", work.projection_flops},
                  {"attention_flops", work.attention_flops},
                  {"lm_head_flops", work.lm_head_flops},

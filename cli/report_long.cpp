@@ -30,10 +30,6 @@
 namespace kvcheck::cli {
 namespace {
 
-// Bumped whenever the reference's arithmetic changes its bits: part of the reference cache's key,
-// so that a cached row is never one an older reference computed.
-constexpr const char* kReferenceCodeVersion = "reference-1";
-
 constexpr std::int64_t kUnset = -1;
 
 // Windows or items decoded together on one engine (engine_generate_batch: each decode step reads
@@ -128,7 +124,7 @@ bool window_reference(const ReferenceModel& model, const Prompt& window, std::in
   std::string ids;
   for (const std::int32_t t : window.tokens) ids += fmt::format("{},", t);
   const std::string key =
-      file_hash_of_string(fmt::format("long|{}|{}|{}|{}", kReferenceCodeVersion, model_key, prompt_tokens, ids));
+      file_hash_of_string(fmt::format("long|{}|{}|{}", model_key, prompt_tokens, ids));
   if (std::optional<TextReference> cached = load_cached_reference(cache_dir, key, one, model.config(), false)) {
     rows = std::move(cached->rows.front());
     nll = cached->nll;

@@ -31,8 +31,10 @@ std::uint64_t hash_bytes(std::uint64_t h, const char* data, std::size_t n) {
   return h;
 }
 
+// The reference's code version is part of every file's name, so that no cached row is ever one an
+// older reference computed, whoever's key it was (report, report --long, compare).
 std::filesystem::path cache_file(const std::filesystem::path& dir, const std::string& key) {
-  return dir / fmt::format("reference-{}.bin", key);
+  return dir / fmt::format("{}-{}.bin", kReferenceCodeVersion, key);
 }
 
 }  // namespace

@@ -14,6 +14,10 @@
 
 namespace kvcheck::cli {
 
+// Bumped whenever the reference's arithmetic changes its bits; names every cache file.
+// 2 (2026-11-28): every product through reference/dot_rows.h instead of Eigen's GEMMs.
+inline constexpr const char* kReferenceCodeVersion = "reference-2";
+
 // Hex digest of the model directory's files as above.
 std::string model_hash(const std::filesystem::path& dir);
 // Hex digest of a file's bytes (FNV-1a 64).

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "reference/dot_rows.h"
 #include "reference/parallel.h"
 
 namespace kvcheck {
@@ -68,6 +69,9 @@ struct Problem {
   std::vector<Block> q_blocks, k_blocks;
   // [n_kv_heads][Tk + 1]: how many of the kv head's value rows before j hold a NaN or an infinity.
   std::vector<std::vector<std::int64_t>> v_bad_before;
+  // [n_kv_heads]: the kv head's values transposed, [head_dim, Tk], so that P V is rows of P dotted
+  // with rows of Vᵀ (dot_rows).
+  std::vector<MatrixRMd> v_t;
 };
 
 // One work item: query head h, query block qb. Leaves the rows' probabilities in p (rows
@@ -93,7 +97,7 @@ Eigen::Index attend_block(const Problem& pr, std::int64_t h, const Block& qb, Ma
     }
   }
   // Trim each run to the keys some query sees, so a key no query sees (a future key of the
-  // diagonal block) never enters a GEMM: the sums of a row do not depend on what such keys hold.
+  // diagonal block) never enters a product: the sums of a row do not depend on what such keys hold.
   const auto seen_by_some = [&](Eigen::Index j) {
     for (Eigen::Index i = qb.begin; i < qb.end; ++i) {
       if (visible(pr.q_pos[i], pr.k_pos[j], window)) return true;
@@ -124,11 +128,11 @@ Eigen::Index attend_block(const Problem& pr, std::int64_t h, const Block& qb, Ma
   runs.resize(kept);
   if (zero_fill) p.topRows(rows).setZero();
 
-  // Scores: one GEMM per run, then the element-wise mask of the partly seen blocks.
+  // Scores: one dot_rows call per run, then the element-wise mask of the partly seen blocks.
   const auto q_blk = pr.q.block(qb.begin, h * d, rows, d);
   for (const Run& r : runs) {
     auto s = p.block(0, r.begin, rows, r.end - r.begin);
-    s.noalias() = q_blk * pr.k.block(r.begin, kv * d, r.end - r.begin, d).transpose();
+    dot_rows(q_blk, pr.k.block(r.begin, kv * d, r.end - r.begin, d), s);
     s *= pr.scale;
     for (std::size_t b = r.first; b < r.last; ++b) {
       if (seen_k[b] != Seen::kSome) continue;
@@ -170,14 +174,15 @@ Eigen::Index attend_block(const Problem& pr, std::int64_t h, const Block& qb, Ma
     for (const Run& r : runs) p.row(i).segment(r.begin, r.end - r.begin) /= denom;
   }
 
-  // Output: P V, one GEMM per run; the row-by-row sum over keys of nonzero probability for a run
+  // Output: P V, one dot_rows call per run added in run order; the row-by-row sum over keys of nonzero probability for a run
   // whose values hold a NaN or an infinity (0 * NaN would spread it to rows that do not see it).
   auto o = out.block(qb.begin, h * d, rows, d);
   o.setZero();
   const std::vector<std::int64_t>& bad = pr.v_bad_before[static_cast<std::size_t>(kv)];
   for (const Run& r : runs) {
     if (bad[static_cast<std::size_t>(r.end)] == bad[static_cast<std::size_t>(r.begin)]) {
-      o.noalias() += p.block(0, r.begin, rows, r.end - r.begin) * pr.v.block(r.begin, kv * d, r.end - r.begin, d);
+      dot_rows(p.block(0, r.begin, rows, r.end - r.begin), pr.v_t[static_cast<std::size_t>(kv)].middleCols(r.begin, r.end - r.begin), o,
+               true);
       continue;
     }
     for (Eigen::Index i = 0; i < rows; ++i) {
@@ -217,13 +222,14 @@ MatrixRMd attention_ref(const MatrixRef& q, const MatrixRef& k, const MatrixRef&
   check_attention_shapes("attention_ref", q, k, v, q_pos, k_pos, shape);
   const std::int64_t d = shape.head_dim;
   Problem pr{q, k, v, q_pos, k_pos, shape, 1.0 / std::sqrt(static_cast<double>(d)), make_blocks(q_pos),
-             make_blocks(k_pos), {}};
+             make_blocks(k_pos), {}, {}};
   for (std::int64_t g = 0; g < shape.n_kv_heads; ++g) {
     std::vector<std::int64_t> bad(static_cast<std::size_t>(k.rows()) + 1, 0);
     for (Eigen::Index j = 0; j < k.rows(); ++j) {
       bad[static_cast<std::size_t>(j) + 1] = bad[static_cast<std::size_t>(j)] + (v.block(j, g * d, 1, d).allFinite() ? 0 : 1);
     }
     pr.v_bad_before.push_back(std::move(bad));
+    pr.v_t.emplace_back(v.block(0, g * d, k.rows(), d).transpose());
   }
   MatrixRMd out(q.rows(), q.cols());
   const Eigen::Index n_keys = k.rows();

@@ -4,11 +4,12 @@
 // Blocked (docs/design.md §3): per query head, queries go in blocks of kAttentionBlock rows
 // against blocks of kAttentionBlock keys. A key block no query of the block can see is skipped
 // whole (above the causal diagonal, or behind the sliding window); the scores of the rest come
-// from one Eigen double GEMM per run of consecutive visible blocks (S = Q K^T, then * scale),
+// from one dot_rows call (reference/dot_rows.h) per run of consecutive visible blocks
+// (S = Q K^T, then * scale),
 // and only blocks that some but not all of the block's queries see are masked element by
 // element. The softmax takes two passes over a row's scores (the maximum over the visible keys,
-// then p_j = exp(s_j - max) summed in key order and divided by the sum) and the output is the
-// GEMM P V. Scratch is allocated once per call and thread. The work items (query head, query
+// then p_j = exp(s_j - max) summed in key order and divided by the sum) and the output is
+// P V, one dot_rows call per run against the values transposed, added in run order. Scratch is allocated once per call and thread. The work items (query head, query
 // block) are shared among `threads` threads, each item computed whole by one thread, so the
 // result does not depend on the thread count. Values that are not finite fall back to the
 // row-by-row sum over keys of nonzero probability, so a masked NaN never reaches an output.

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "reference/dot_rows.h"
 #include "reference/errors.h"
 #include "reference/gguf.h"
 #include "reference/gguf_model.h"
@@ -77,13 +78,14 @@ MatrixRM ReferenceModel::forward_from(std::span<const std::int32_t> tokens, KVCa
 
 namespace {
 
-// Projection tiles: rows x output features. Fixed sizes, so the GEMM each output element comes
-// from (and its bits) depends on neither the thread count nor how the tiles are shared.
+// Projection tiles shared among the threads: rows x output features. Every element is one
+// dot_rows sum whatever tile it falls in, so the tiles only share the work out.
 constexpr Eigen::Index kLinearRowTile = 256;
 constexpr Eigen::Index kLinearColTile = 128;
 
-// x: [T, in]; w: [out, in]; b: [out] or empty.  Returns x w^T + b: [T, out], one Eigen GEMM per
-// tile of kLinearRowTile rows by kLinearColTile features.
+// x: [T, in]; w: [out, in]; b: [out] or empty.  Returns x w^T + b: [T, out], each element
+// dot_rows(x[t], w[o]) + b[o], one dot_rows call per tile of kLinearRowTile rows by
+// kLinearColTile features.
 MatrixRMd linear(const MatrixRMd& x, const MatrixRMd& w, const Eigen::RowVectorXd& b, int threads) {
   MatrixRMd y(x.rows(), w.rows());
   const Eigen::Index row_tiles = (x.rows() + kLinearRowTile - 1) / kLinearRowTile;
@@ -94,34 +96,31 @@ MatrixRMd linear(const MatrixRMd& x, const MatrixRMd& w, const Eigen::RowVectorX
     const Eigen::Index nr = std::min(kLinearRowTile, x.rows() - r0);
     const Eigen::Index nc = std::min(kLinearColTile, w.rows() - c0);
     auto tile = y.block(r0, c0, nr, nc);
-    tile.noalias() = x.middleRows(r0, nr) * w.middleRows(c0, nc).transpose();
+    dot_rows(x.middleRows(r0, nr), w.middleRows(c0, nc), tile);
     if (b.size() > 0) tile.rowwise() += b.segment(c0, nc);
   });
   return y;
 }
 
-// Logits of rows [first, x.rows()) of x (final hidden states): [rows - first, vocab] float. The
-// GEMMs run on tiles of kLogitRowTile rows aligned to multiples of it (the rows of the aligned
-// tile before `first` are computed and dropped) by kLinearColTile vocabulary entries, each tile
-// rounded to float from a per-thread scratch: no [T, vocab] double is ever held.
-MatrixRM lm_head_rows(const MatrixRMd& x, const MatrixRMd& w, Eigen::Index first, int threads) {
+// Logits of the rows of x (final hidden states): [rows, vocab] float, in
+// tiles of kLogitRowTile rows by kLinearColTile vocabulary entries, each tile rounded to float
+// from a per-thread scratch: no [T, vocab] double is ever held.
+MatrixRM lm_head_rows(const MatrixRMd& x, const MatrixRMd& w, int threads) {
   constexpr Eigen::Index kRows = ReferenceModel::kLogitRowTile;
-  MatrixRM logits(x.rows() - first, w.rows());
-  const Eigen::Index aligned = (first / kRows) * kRows;
-  const Eigen::Index row_tiles = (x.rows() - aligned + kRows - 1) / kRows;
+  MatrixRM logits(x.rows(), w.rows());
+  const Eigen::Index row_tiles = (x.rows() + kRows - 1) / kRows;
   const Eigen::Index col_tiles = (w.rows() + kLinearColTile - 1) / kLinearColTile;
   const std::int64_t items = row_tiles * col_tiles;
   std::vector<MatrixRMd> scratch(static_cast<std::size_t>(parallel_workers(items, threads)),
                                  MatrixRMd(kRows, kLinearColTile));
   parallel_items(items, threads, [&](std::int64_t item, int worker) {
-    const Eigen::Index r0 = aligned + (item / col_tiles) * kRows;
+    const Eigen::Index r0 = (item / col_tiles) * kRows;
     const Eigen::Index c0 = (item % col_tiles) * kLinearColTile;
     const Eigen::Index nr = std::min(kRows, x.rows() - r0);
     const Eigen::Index nc = std::min(kLinearColTile, w.rows() - c0);
     auto tile = scratch[static_cast<std::size_t>(worker)].topLeftCorner(nr, nc);
-    tile.noalias() = x.middleRows(r0, nr) * w.middleRows(c0, nc).transpose();
-    const Eigen::Index skip = std::max<Eigen::Index>(0, first - r0);
-    logits.block(r0 + skip - first, c0, nr - skip, nc) = tile.bottomRows(nr - skip).cast<float>();
+    dot_rows(x.middleRows(r0, nr), w.middleRows(c0, nc), tile);
+    logits.block(r0, c0, nr, nc) = tile.cast<float>();
   });
   return logits;
 }
@@ -225,11 +224,10 @@ MatrixRM ReferenceModel::run(std::span<const std::int32_t> tokens, KVCache& cach
   cache.size_ = pos0 + n_new;
   prof.other_s += seconds_since(clock);
 
-  // The final norm of the rows whose logits are asked for (from the aligned tile's first row).
-  const std::int64_t aligned = (first_logit_row / kLogitRowTile) * kLogitRowTile;
-  const MatrixRMd tail = h.bottomRows(n_new - aligned);
+  // The final norm and the logits of the rows asked for.
+  const MatrixRMd tail = h.bottomRows(n_new - first_logit_row);
   const MatrixRMd final_hidden = rmsnorm_ref(tail, weights_.final_norm(), c.rms_norm_eps, threads);
-  MatrixRM logits = lm_head_rows(final_hidden, *weights_.lm_head(), first_logit_row - aligned, threads);
+  MatrixRM logits = lm_head_rows(final_hidden, *weights_.lm_head(), threads);
   prof.lm_head_s += seconds_since(clock);
   return logits;
 }

@@ -5,17 +5,18 @@
 // Per layer:  h += o_proj(attention(rope(q_proj(n)), rope(k_proj(n)), v_proj(n))),  n = rmsnorm(h)
 //             h += down_proj(silu(gate_proj(n)) * up_proj(n)),                      n = rmsnorm(h)
 // then logits = lm_head(rmsnorm(h)). Qwen3 normalizes every q and k head (q_norm, k_norm)
-// between the projection and RoPE. Everything is computed in double (Eigen GEMMs for the
-// projections), from weights converted exactly from F32/F16/BF16; logits are rounded to float
-// once at the end. Double makes the two decode paths below agree to ~1e-16 whatever rounding
-// differences the GEMM blocking of T rows vs one row introduces, and keeps the reference far
-// more exact than any float32 engine held against it.
+// between the projection and RoPE. Everything is computed in double, every product a
+// reference/dot_rows.h sum in an order fixed by its length alone (so the same bits on any machine),
+// from weights converted exactly from F32/F16/BF16; logits are rounded to float once at the end.
+// Double makes the two decode paths below agree to ~1e-16 (they differ where attention's sums run
+// over different key runs) and keeps the reference far more exact than any float32 engine held
+// against it.
 //
 // Two decode paths that must agree: forward(tokens) recomputes every position from scratch;
 // forward(tokens, cache) appends to a contiguous KV cache and computes only the new positions.
 // forward_from(..., first_logit_row) computes the lm_head of the last rows only: at long context
-// the full [T, vocab] logits (1.6 GB of float at 8K tokens for a 49K vocabulary) and their GEMM
-// are most of the memory and a tenth of the work.
+// the full [T, vocab] logits (1.6 GB of float at 8K tokens for a 49K vocabulary) and their
+// products are most of the memory and a tenth of the work.
 #pragma once
 
 #include <cstdint>
@@ -78,7 +79,7 @@ struct LoadOptions {
 
 // Where a forward's time went (forward_from's optional profile), in seconds.
 struct ForwardProfile {
-  double projections_s = 0;  // q/k/v/o and the MLP's gate/up/down GEMMs
+  double projections_s = 0;  // q/k/v/o and the MLP's gate/up/down products
   double attention_s = 0;    // attention_ref
   double lm_head_s = 0;      // final norm and lm_head over the rows asked for
   double other_s = 0;        // embedding, norms, RoPE, SwiGLU, residual adds, cache copies
@@ -105,8 +106,9 @@ class ReferenceModel {
   MatrixRM forward(std::span<const std::int32_t> tokens, KVCache& cache, AttentionRecorder* recorder = nullptr) const;
   // As the two above, but the logits of rows first_logit_row .. T - 1 of `tokens` only:
   // [T - first_logit_row, vocab], 0 <= first_logit_row < T (std::invalid_argument otherwise).
-  // Row r is bit-identical to row first_logit_row + r of the forward above: the lm_head runs in
-  // fixed tiles of rows aligned to multiples of kLogitRowTile, whichever rows are asked for.
+  // Row r is bit-identical to row first_logit_row + r of the forward above: each logit is one
+  // dot_rows sum (reference/dot_rows.h), whatever rows are asked for. The lm_head's work goes out
+  // in tiles of kLogitRowTile rows.
   MatrixRM forward_from(std::span<const std::int32_t> tokens, std::int64_t first_logit_row,
                         AttentionRecorder* recorder = nullptr, ForwardProfile* profile = nullptr) const;
   MatrixRM forward_from(std::span<const std::int32_t> tokens, KVCache& cache, std::int64_t first_logit_row,
