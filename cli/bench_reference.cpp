@@ -9,7 +9,8 @@
 //
 // JSON (--json FILE, written atomically): format "kvcheck-bench-reference-prefill", version 1;
 // model, tokens, first_logit_row, threads, seed; machine {gemm_double_flops_per_s (the compute
-// rate the roofline takes), eigen_gemm_double_flops_per_s, dot_rows_flops_per_s, copy_bytes_per_s}; work {projection_flops, attention_flops, lm_head_flops, flops, bytes};
+// rate the roofline takes), eigen_gemm_double_flops_per_s, dot_rows_flops_per_s,
+// copy_bytes_per_s}; work {projection_flops, attention_flops, lm_head_flops, flops, bytes};
 // measured {seconds, projections_s, attention_s, lm_head_s, other_s}; roofline {compute_s,
 // bandwidth_s, seconds, bound}; ratio (roofline seconds / measured seconds).
 #include <chrono>

@@ -174,15 +174,17 @@ Eigen::Index attend_block(const Problem& pr, std::int64_t h, const Block& qb, Ma
     for (const Run& r : runs) p.row(i).segment(r.begin, r.end - r.begin) /= denom;
   }
 
-  // Output: P V, one dot_rows call per run added in run order; the row-by-row sum over keys of nonzero probability for a run
-  // whose values hold a NaN or an infinity (0 * NaN would spread it to rows that do not see it).
+  // Output: P V, one dot_rows call per run added in run order; the row-by-row sum over keys of
+  // nonzero probability for a run whose values hold a NaN or an infinity (0 * NaN would spread it
+  // to rows that do not see it).
   auto o = out.block(qb.begin, h * d, rows, d);
   o.setZero();
   const std::vector<std::int64_t>& bad = pr.v_bad_before[static_cast<std::size_t>(kv)];
   for (const Run& r : runs) {
     if (bad[static_cast<std::size_t>(r.end)] == bad[static_cast<std::size_t>(r.begin)]) {
-      dot_rows(p.block(0, r.begin, rows, r.end - r.begin), pr.v_t[static_cast<std::size_t>(kv)].middleCols(r.begin, r.end - r.begin), o,
-               true);
+      const auto keys = r.end - r.begin;
+      const MatrixRMd& v_t = pr.v_t[static_cast<std::size_t>(kv)];
+      dot_rows(p.block(0, r.begin, rows, keys), v_t.middleCols(r.begin, keys), o, true);
       continue;
     }
     for (Eigen::Index i = 0; i < rows; ++i) {

@@ -85,11 +85,13 @@ KVCHECK_DOT_INLINE DLanes combine8(const DLanes& a0, const DLanes& a1, const DLa
                                    const DLanes& a4, const DLanes& a5, const DLanes& a6, const DLanes& a7) {
   // Pair sums: lanes [p01(a), p01(b), p23(a), p23(b), p45(a), p45(b), p67(a), p67(b)].
   const auto pairs = [](const DLanes& a, const DLanes& b) {
-    return __builtin_shufflevector(a, b, 0, 8, 2, 10, 4, 12, 6, 14) + __builtin_shufflevector(a, b, 1, 9, 3, 11, 5, 13, 7, 15);
+    return __builtin_shufflevector(a, b, 0, 8, 2, 10, 4, 12, 6, 14) +
+           __builtin_shufflevector(a, b, 1, 9, 3, 11, 5, 13, 7, 15);
   };
   // Lane pairs [x.0, x.2, y.0, y.2] + [x.1, x.3, y.1, y.3]: each lane pair summed with the next.
   const auto quads = [](const DLanes& x, const DLanes& y) {
-    return __builtin_shufflevector(x, y, 0, 1, 4, 5, 8, 9, 12, 13) + __builtin_shufflevector(x, y, 2, 3, 6, 7, 10, 11, 14, 15);
+    return __builtin_shufflevector(x, y, 0, 1, 4, 5, 8, 9, 12, 13) +
+           __builtin_shufflevector(x, y, 2, 3, 6, 7, 10, 11, 14, 15);
   };
   // quads(pairs(a0, a1), pairs(a2, a3)): [lo(a0), lo(a1), hi(a0), hi(a1), lo(a2), lo(a3), hi(a2),
   // hi(a3)] with lo = p01 + p23, hi = p45 + p67; quads of two of those: lo + hi in argument order.

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string>
 
+#include "reference/errno_message.h"
 #include "reference/errors.h"
 
 namespace kvcheck {
@@ -30,8 +31,6 @@ class FileDescriptor {
  private:
   int fd_;
 };
-
-std::string errno_message() { return std::strerror(errno); }
 
 }  // namespace
 

@@ -29,6 +29,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "reference/errno_message.h"
 #include "reference/errors.h"
 #include "reference/mapped_file.h"
 
@@ -50,8 +51,6 @@ struct Entry {
   std::uint64_t begin;
   std::uint64_t end;
 };
-
-std::string errno_message() { return std::strerror(errno); }
 
 std::string shape_string(const std::vector<std::int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
