@@ -1,8 +1,11 @@
 // The unified page pool.
 #include "optimized/page_pool.h"
 
+#include <algorithm>
 #include <bit>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -57,7 +60,10 @@ PagePool::PagePool(PagePoolConfig config) : config_(std::move(config)) {
   owners_.assign(n, PageOwner{});
   masks_.assign(n * words_, 0);
   if (config_.backing) {
-    bytes_.assign(n * static_cast<std::size_t>(config_.page_bytes), config_.poison ? kPoison : std::byte{0});
+    const std::size_t size = n * static_cast<std::size_t>(config_.page_bytes);
+    bytes_.reset(static_cast<std::byte*>(std::calloc(size, 1)));
+    if (!bytes_) throw std::bad_alloc();
+    if (config_.poison) std::fill_n(bytes_.get(), size, kPoison);
   }
 }
 
@@ -148,13 +154,13 @@ std::int64_t PagePool::segment_offset(int tier, std::int64_t slot, Segment segme
 
 std::span<std::byte> PagePool::bytes(PageId id) {
   require_backing("bytes");
-  return {bytes_.data() + static_cast<std::size_t>(id) * static_cast<std::size_t>(config_.page_bytes),
+  return {bytes_.get() + static_cast<std::size_t>(id) * static_cast<std::size_t>(config_.page_bytes),
           static_cast<std::size_t>(config_.page_bytes)};
 }
 
 std::span<const std::byte> PagePool::bytes(PageId id) const {
   require_backing("bytes");
-  return {bytes_.data() + static_cast<std::size_t>(id) * static_cast<std::size_t>(config_.page_bytes),
+  return {bytes_.get() + static_cast<std::size_t>(id) * static_cast<std::size_t>(config_.page_bytes),
           static_cast<std::size_t>(config_.page_bytes)};
 }
 

@@ -23,6 +23,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -145,7 +147,13 @@ class PagePool {
   std::size_t words_ = 0;  // mask words per page
   std::vector<PageOwner> owners_;
   std::vector<std::uint64_t> masks_;
-  std::vector<std::byte> bytes_;
+  // The pages' bytes, calloc'ed: a large pool comes as untouched zero pages from the OS, so a
+  // pool sized for full context costs only the pages a run writes (a vector's value-initialization
+  // wrote every byte of it up front).
+  struct FreeBytes {
+    void operator()(std::byte* p) const { std::free(p); }
+  };
+  std::unique_ptr<std::byte[], FreeBytes> bytes_;
 };
 
 }  // namespace kvcheck

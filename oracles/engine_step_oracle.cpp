@@ -60,6 +60,7 @@ void EngineStepOracle::begin(std::string label) {
   values_.assign(keys_.size(), {});
   demoted_.clear();
   memos_.clear();
+  derived_memos_.clear();
 }
 
 void EngineStepOracle::on_kv(std::int32_t layer, std::int32_t first, std::int64_t tokens, std::span<const float> k,
@@ -70,7 +71,13 @@ void EngineStepOracle::on_kv(std::int32_t layer, std::int32_t first, std::int64_
   // Rows arrive in position order: the prompt, then one per step (a replay rewrites them).
   if (first == 0) prompt_len_ = tokens;
   const std::size_t at = static_cast<std::size_t>(first) * kv_dim;
-  ks.resize(std::max(ks.size(), at + static_cast<std::size_t>(tokens) * kv_dim));
+  const std::size_t end = at + static_cast<std::size_t>(tokens) * kv_dim;
+  if (ks.capacity() < end) {
+    // Room for the steps to come (one row each), as memo_held_rows keeps it.
+    ks.reserve(end + end / 4 + 64 * kv_dim);
+    vs.reserve(ks.capacity());
+  }
+  ks.resize(std::max(ks.size(), end));
   vs.resize(ks.size());
   std::copy(k.begin(), k.end(), ks.begin() + static_cast<std::ptrdiff_t>(at));
   std::copy(v.begin(), v.end(), vs.begin() + static_cast<std::ptrdiff_t>(at));
@@ -84,8 +91,22 @@ void EngineStepOracle::on_decode_head(const DecodeHeadTrace& s) {
   std::vector<LiveToken> live;
   std::vector<SlotRef> slots;
   engine_.cache->live_tokens(s.request, s.layer, s.kv_head, live, slots);
-  HeldSet h;
+  // The scratch set of the last call: its buffers (a few MB at 8K tokens) keep their memory, so a
+  // check does not pay for fresh pages; every field is set or cleared below.
+  HeldSet& h = scratch_;
   h.slots = slots;
+  h.stored_keys.clear();
+  h.stored_values.clear();
+  h.tokens.clear();
+  h.held.clear();
+  h.output_rounding = 0.0;
+  h.selection_violation.clear();
+  h.derived_keys = h.derived_values = nullptr;
+  if (memo_on_) {
+    auto& [keys_memo, values_memo] = derived_memos_[{s.request, s.layer, s.kv_head}];
+    h.derived_keys = &keys_memo;
+    h.derived_values = &values_memo;
+  }
   // Exact rows of this head over the context, and the held ones as their tier stores them.
   h.keys.resize(static_cast<std::size_t>(context * d));
   h.values.resize(h.keys.size());
@@ -213,6 +234,13 @@ void EngineStepOracle::memo_held_rows(HeldRowsMemo& m, const HeldRowsSpec& spec,
   }
   const auto positions = static_cast<std::size_t>(last + 1);
   if (m.entries.size() < positions) {
+    // Room for the steps to come: each adds a position, and growing by doubling would copy (and
+    // fault in) every row again on the second step.
+    if (m.entries.capacity() < positions) {
+      const std::size_t room = positions + positions / 4 + 64;
+      m.entries.reserve(room);
+      for (std::vector<float>* rows : {&m.in_k, &m.in_v, &m.out_k, &m.out_v}) rows->reserve(room * ud);
+    }
     m.entries.resize(positions);
     m.in_k.resize(positions * ud);
     m.in_v.resize(positions * ud);
@@ -244,8 +272,9 @@ void EngineStepOracle::memo_held_rows(HeldRowsMemo& m, const HeldRowsSpec& spec,
     }
     for (std::size_t j = 0; j < ug; ++j) reuse[low[first + j]] = ok;
   }
-  held_keys.assign(held.size() * ud, 0.0f);
-  held_values.assign(held_keys.size(), 0.0f);
+  // Every row below is written (reused or fresh), so the buffers are only sized.
+  held_keys.resize(held.size() * ud);
+  held_values.resize(held_keys.size());
   std::vector<HeldToken> fresh;  // the rest, in held's (ascending) order: whole groups stay whole
   std::vector<std::size_t> fresh_at;
   for (std::size_t i = 0; i < held.size(); ++i) {

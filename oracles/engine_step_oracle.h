@@ -18,12 +18,14 @@
 #include <span>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "optimized/engine.h"
 #include "oracles/held_rows_ref.h"
+#include "oracles/held_set_builders.h"
 #include "oracles/step_oracle.h"
 
 namespace kvcheck {
@@ -59,11 +61,13 @@ class EngineStepOracle {
   // Starts a request: its steps are reported under `label` (e.g. "prompt 3 (heldout ...)").
   void begin(std::string label);
 
-  // Reuse of held rows between checks (on by default; see HeldRowsMemo). Off: every check derives
-  // every held row afresh (held_rows_ref), as the memo's property compares against.
+  // Reuse of held rows between checks (on by default; see HeldRowsMemo), and of the rows a
+  // builder derives from the exact ones (DerivedRowsMemo: a rotation's). Off: every check derives
+  // every row afresh (held_rows_ref), as the memo's property compares against.
   void set_held_rows_memo(bool on) {
     memo_on_ = on;
     memos_.clear();
+    derived_memos_.clear();
   }
   // Held rows (one per held token and check) taken from the memo, and derived afresh.
   std::int64_t held_rows_reused() const { return rows_reused_; }
@@ -127,6 +131,10 @@ class EngineStepOracle {
   bool memo_on_ = true;
   std::int64_t rows_reused_ = 0, rows_derived_ = 0;
   std::map<std::tuple<std::int64_t, std::int32_t, std::int32_t>, HeldRowsMemo> memos_;  // (request, layer, kv head)
+  // A builder's rows derived from the exact keys and values (HeldSet::derived_keys, _values).
+  std::map<std::tuple<std::int64_t, std::int32_t, std::int32_t>, std::pair<DerivedRowsMemo, DerivedRowsMemo>>
+      derived_memos_;
+  HeldSet scratch_;  // on_decode_head's working set, reused from call to call
 };
 
 }  // namespace kvcheck

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "kernels/cpu/hadamard_rotate.h"
@@ -11,6 +12,45 @@
 #include "oracles/page_selection_ref.h"
 
 namespace kvcheck {
+
+void DerivedRowsMemo::map(std::vector<float>& rows, std::int64_t width,
+                          const std::function<void(std::vector<float>& rows)>& derive) {
+  const auto w = static_cast<std::size_t>(width);
+  const std::size_t n = w == 0 ? 0 : rows.size() / w;
+  if (width_ != width) {
+    width_ = width;
+    valid_.clear();
+    in_.clear();
+    out_.clear();
+  }
+  if (valid_.size() < n) {
+    if (valid_.capacity() < n) {  // room for the steps to come, one row each
+      const std::size_t room = n + n / 4 + 64;
+      valid_.reserve(room);
+      in_.reserve(room * w);
+      out_.reserve(room * w);
+    }
+    valid_.resize(n, 0);
+    in_.resize(n * w);
+    out_.resize(n * w);
+  }
+  std::vector<std::size_t> fresh;
+  for (std::size_t r = 0; r < n; ++r) {
+    if (!valid_[r] || std::memcmp(in_.data() + r * w, rows.data() + r * w, w * sizeof(float)) != 0) fresh.push_back(r);
+  }
+  if (!fresh.empty()) {
+    std::vector<float> block(fresh.size() * w);
+    for (std::size_t i = 0; i < fresh.size(); ++i) std::copy_n(rows.data() + fresh[i] * w, w, block.data() + i * w);
+    derive(block);
+    for (std::size_t i = 0; i < fresh.size(); ++i) {
+      std::copy_n(rows.data() + fresh[i] * w, w, in_.data() + fresh[i] * w);
+      std::copy_n(block.data() + i * w, w, out_.data() + fresh[i] * w);
+      valid_[fresh[i]] = 1;
+    }
+  }
+  std::copy_n(out_.data(), n * w, rows.data());
+}
+
 namespace {
 
 // ---- FP8 scales ------------------------------------------------------------------------------
@@ -49,8 +89,11 @@ void rotation_before_rows(Engine& engine, const DecodeHeadTrace& s, HeldSet& h) 
     const std::vector<double> r = hadamard_rotate_ref(rows, d, signs);
     to.assign(r.begin(), r.end());
   };
-  exact(std::vector<float>(h.keys), h.keys);
-  exact(std::vector<float>(h.values), h.values);
+  const auto exact_in_place = [&](std::vector<float>& rows) { exact(std::vector<float>(rows), rows); };
+  for (const auto& [rows, memo] : {std::pair{&h.keys, h.derived_keys}, std::pair{&h.values, h.derived_values}}) {
+    if (memo) memo->map(*rows, d, exact_in_place);
+    else exact_in_place(*rows);
+  }
   exact(s.out, h.out);
 }
 

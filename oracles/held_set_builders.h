@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -26,6 +27,22 @@
 namespace kvcheck {
 
 // One decode head's check as the builders and the core make it.
+// Rows a builder derives from the head's exact rows, one row at a time (a rotation), kept from
+// check to check by the oracle's held-row memo (EngineStepOracle::set_held_rows_memo): a row is
+// derived again only when its input differs, bit for bit, from the one it was derived from, so a
+// decode step derives its new row instead of the whole context.
+class DerivedRowsMemo {
+ public:
+  // rows [n][width] <- derive(rows), where derive maps each row on its own (rows [m][width] in
+  // place); only the rows not derived before from the same bits go through it.
+  void map(std::vector<float>& rows, std::int64_t width, const std::function<void(std::vector<float>& rows)>& derive);
+
+ private:
+  std::int64_t width_ = 0;
+  std::vector<char> valid_;          // [row]
+  std::vector<float> in_, out_;      // [row][width]: the input rows and what they gave
+};
+
 struct HeldSet {
   std::span<const SlotRef> slots;   // the head's live slots, in walk order
   std::vector<std::size_t> order;   // indices into slots, by ascending position
@@ -40,6 +57,10 @@ struct HeldSet {
   std::vector<float> held_keys, held_values;  // [held][head_dim]: as stored, dequantized
   double output_rounding = 0.0;     // rounding of the engine's output beyond the attention's own
   std::string selection_violation;  // a page-selecting policy's wrong choice, or empty
+  // The exact keys' and values' derived rows from earlier checks of this head, or null (derive
+  // every row).
+  DerivedRowsMemo* derived_keys = nullptr;
+  DerivedRowsMemo* derived_values = nullptr;
 };
 
 struct HeldSetBuilder {
