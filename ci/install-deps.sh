@@ -43,8 +43,9 @@ fetch_models() {
 
 # The Python package's build and test tools, pinned, into the python3 on PATH (the one
 # ci/test.sh builds python/ with). Best effort: without network the Python tests skip, naming
-# this script.
-PY_PACKAGES=(nanobind==2.9.2 scikit-build-core==0.11.6 pytest==8.4.2)
+# this script. numpy is the tests' own dependency: Debian's python3-numpy (the same version)
+# serves only Debian's python3, so a python3 from elsewhere on PATH (pyenv) gets it from PyPI.
+PY_PACKAGES=(nanobind==2.9.2 scikit-build-core==0.11.6 pytest==8.4.2 numpy==1.24.2)
 fetch_python_packages() {
   local missing_py=()
   local spec

@@ -51,8 +51,8 @@ trap 'rm -f "$gpu_log" "$main_log" "$py_log"' EXIT
 py_start=$(date +%s)
 if [ "${KVCHECK_PYTHON_TESTS:-1}" = 0 ]; then
   echo "== Python tests: skipped (KVCHECK_PYTHON_TESTS=0) =="
-elif ! python3 -c "import nanobind, scikit_build_core, pytest" 2>/dev/null; then
-  echo "== Python tests: skipped: nanobind, scikit-build-core or pytest missing (ci/install-deps.sh installs them) =="
+elif ! python3 -c "import nanobind, scikit_build_core, pytest, numpy" 2>/dev/null; then
+  echo "== Python tests: skipped: nanobind, scikit-build-core, pytest or numpy missing (ci/install-deps.sh installs them) =="
 else
   echo
   echo "== Python package and tests (pip install ./python; pytest python/tests) =="
