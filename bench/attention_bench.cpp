@@ -20,7 +20,9 @@
 //                                the one picked), as its side-by-side baselines.
 //   BM_LinearRows / BM_EigenGemm the decode projection (kernels/cpu/dense_ops.h) and Eigen's
 //                                GEMM on the same shape: FLOP/s and vs_gemm; BM_LinearRowsBf16
-//                                the projection over bf16 weights at qwen2.5-0.5b's shapes.
+//                                the projection over bf16 weights at qwen2.5-0.5b's shapes;
+//                                BM_LinearRowsBlocks over Q4_1 / Q8_0 blocks at SmolLM2's, each
+//                                beside its float32 widening (label F32), with bytes/s of W.
 //   BM_DecodeAttentionCuda/<tiers>/ctx:C/batch:B   (a CUDA build with a device) the CUDA kernel
 //                                over B requests x 8 kv heads of C tokens each, every head's pages
 //                                at their own device address; bytes/s of stored bytes and
@@ -47,6 +49,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -356,6 +359,31 @@ void BM_LinearRowsBf16(benchmark::State& state) {
   time_linear_rows(state, w.data(), WeightDType::kBF16);
 }
 
+// The projection over ggml blocks read in place (Q4_1, Q8_0: kernels/cpu/weight_dtype.h) beside
+// the same weights as float32 (their widening: what the engine read before it kept the blocks),
+// at SmolLM2-135M's decode shapes: range(3) is the format (1 Q8_0, 2 Q4_1; negative: its float32
+// widening). bytes/s counts W's stored bytes per call, the stream a decode step reads from memory.
+void BM_LinearRowsBlocks(benchmark::State& state) {
+  const std::int64_t in = state.range(1), out = state.range(2);
+  const WeightDType block = std::abs(state.range(3)) == 1 ? WeightDType::kQ8_0 : WeightDType::kQ4_1;
+  const WeightDType dtype = state.range(3) < 0 ? WeightDType::kF32 : block;
+  std::mt19937_64 rng(7);
+  std::vector<std::byte> blocks(static_cast<std::size_t>(weight_row_bytes(block, out * in)));
+  for (std::byte& b : blocks) b = static_cast<std::byte>(rng() & 0xFF);
+  // Scales of a trained model's size (f16 exponents near 2^-8), codes at random.
+  for (std::size_t at = 0; at < blocks.size(); at += static_cast<std::size_t>(weight_block_bytes(block))) {
+    blocks[at + 1] = std::byte{0x1C};
+    if (block == WeightDType::kQ4_1) blocks[at + 3] = std::byte{0x9C};
+  }
+  std::vector<float> widened(static_cast<std::size_t>(out * in));
+  widen_row(blocks.data(), block, out * in, widened.data());
+  const void* w = dtype == WeightDType::kF32 ? static_cast<const void*>(widened.data()) : blocks.data();
+  time_linear_rows(state, w, dtype);
+  state.counters["bytes/s"] = benchmark::Counter(static_cast<double>(weight_row_bytes(dtype, out * in)),
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(weight_dtype_name(dtype));
+}
+
 void BM_EigenGemm(benchmark::State& state) {
   const std::int64_t rows = state.range(0), in = state.range(1), out = state.range(2);
   using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -492,6 +520,20 @@ void register_all() {
   for (auto* bm : {benchmark::RegisterBenchmark("BM_LinearRows", BM_LinearRows),
                    benchmark::RegisterBenchmark("BM_EigenGemm", BM_EigenGemm)}) {
     bm->Args({32, 128, 384})->Args({32, 4096, 4096})->Unit(benchmark::kMicrosecond);
+  }
+  // gate / up (576 -> 1536), down (1536 -> 576) at batch 1 and 4, and the tied lm_head
+  // (576 -> 49152, Q8_0 in the fetched file): each block format beside its float32 widening.
+  for (const std::int64_t rows : {1, 4}) {
+    for (const auto& [in, out, formats] : {std::tuple{576, 1536, std::vector<int>{2}}, std::tuple{1536, 576, std::vector<int>{2}},
+                                           std::tuple{576, 49152, std::vector<int>{1}}}) {
+      for (const int f : formats) {
+        for (const int format : {-f, f}) {
+          benchmark::RegisterBenchmark("BM_LinearRowsBlocks", BM_LinearRowsBlocks)
+              ->Args({rows, in, out, format})
+              ->Unit(benchmark::kMicrosecond);
+        }
+      }
+    }
   }
   benchmark::RegisterBenchmark("BM_LinearRowsBf16", BM_LinearRowsBf16)
       ->Args({16, 896, 896})

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <vector>
+
 #include "kernels/device.h"
 #include "kernels/paged_attention_cuda_adapter.h"
 #include "kernels/prefill_attention_cuda_adapter.h"
@@ -32,12 +34,20 @@ CudaBackend::~CudaBackend() {
 const CudaMatrix& CudaBackend::device_weight(const DenseWeight& w) {
   auto it = weights_.find(&w);
   if (it == weights_.end()) {
-    // The checkpoint's bytes as stored; upload_matrix_cuda widens them to float on the device.
+    // The checkpoint's bytes as stored; upload_matrix_cuda widens them to float on the device. The
+    // block formats (no device kernel reads them yet) are widened here, to the same floats.
     const CudaWeightType type = w.w.dtype == WeightDType::kBF16  ? CudaWeightType::kBF16
                                 : w.w.dtype == WeightDType::kF16 ? CudaWeightType::kF16
                                                                  : CudaWeightType::kF32;
+    std::vector<float> widened;
+    const void* data = w.w.data;
+    if (weight_block_elements(w.w.dtype) > 1) {
+      widened.resize(static_cast<std::size_t>(w.out() * w.in()));
+      w.w.widen_rows_to(0, w.out(), widened.data());
+      data = widened.data();
+    }
     it = weights_
-             .emplace(&w, upload_matrix_cuda(w.w.data, type, w.out(), w.in(), w.bias.empty() ? nullptr : w.bias.data()))
+             .emplace(&w, upload_matrix_cuda(data, type, w.out(), w.in(), w.bias.empty() ? nullptr : w.bias.data()))
              .first;
   }
   return it->second;

@@ -15,9 +15,19 @@ class WeightViews {
  public:
   explicit WeightViews(const TensorSource& source) : source_(source) {}
 
-  // The 2-D tensor `name` in place. Shapes and dtypes were checked when the model loaded
+  // The 2-D tensor `name` in place: its Q8_0 / Q4_1 blocks where the source keeps them (a GGUF
+  // file), else its elements. Shapes and dtypes were checked when the model loaded
   // (check_tensors); the dtype is checked again here because the engine reads the bytes itself.
   WeightMatrix matrix(const std::string& name) const {
+    if (const std::optional<BlockTensorView> b = source_.find_blocks(name)) {
+      const std::optional<WeightDType> dtype = b->format == "Q8_0"   ? std::optional(WeightDType::kQ8_0)
+                                               : b->format == "Q4_1" ? std::optional(WeightDType::kQ4_1)
+                                                                     : std::nullopt;
+      if (dtype && b->shape.size() == 2 && b->shape[1] % weight_block_elements(*dtype) == 0 &&
+          static_cast<std::int64_t>(b->bytes.size()) == weight_row_bytes(*dtype, b->shape[0] * b->shape[1])) {
+        return WeightMatrix{b->bytes.data(), *dtype, b->shape[0], b->shape[1]};
+      }
+    }
     const TensorView t = get(name);
     if (t.shape.size() != 2) {
       throw input_error(source_.origin(name), name, "expected a 2-D weight, got {}-D", t.shape.size());

@@ -59,7 +59,8 @@ double shortest_decimal(double value) {
 
 // The tensors of a GGUF file under Hugging Face names. F32 tensors that need no row
 // permutation are views into the mapping; the rest are owned (dequantized floats, or the stored
-// F16/BF16 bytes with Q/K rows reordered).
+// F16/BF16 bytes with Q/K rows reordered). A Q8_0 or Q4_1 matrix also keeps its blocks (a view
+// into the mapping, or owned when its rows move) for find_blocks.
 class GgufTensorSource final : public TensorSource {
  public:
   explicit GgufTensorSource(std::shared_ptr<const GgufFile> file) : file_(std::move(file)) {}
@@ -72,6 +73,10 @@ class GgufTensorSource final : public TensorSource {
     std::unique_ptr<std::byte[]> owned;
     std::size_t owned_size = 0;
     std::span<const std::byte> view;
+    // The stored blocks of a Q8_0 / Q4_1 matrix (format empty otherwise), owned when permuted.
+    std::string_view block_format;
+    std::unique_ptr<std::byte[]> blocks_owned;
+    std::span<const std::byte> blocks;
   };
 
   std::optional<TensorView> find(std::string_view name) const override {
@@ -79,6 +84,11 @@ class GgufTensorSource final : public TensorSource {
     if (it == entries_.end()) return std::nullopt;
     const Entry& e = it->second;
     return TensorView{e.dtype, e.shape, e.owned ? std::span<const std::byte>(e.owned.get(), e.owned_size) : e.view};
+  }
+  std::optional<BlockTensorView> find_blocks(std::string_view name) const override {
+    const auto it = entries_.find(name);
+    if (it == entries_.end() || it->second.block_format.empty()) return std::nullopt;
+    return BlockTensorView{it->second.block_format, it->second.shape, it->second.blocks};
   }
   std::vector<std::string> names() const override {
     std::vector<std::string> out;
@@ -379,7 +389,22 @@ GgufModel load_gguf_model(const std::filesystem::path& path) {
           dequantize_ggml(info.type, info.data,
                           std::span<float>(reinterpret_cast<float*>(target), static_cast<std::size_t>(info.numel())));
           bytes = std::span<const std::byte>(target, size);
-          file->release(info);  // the quantized bytes are not read again
+          const bool keep_blocks = !bias && (info.type == static_cast<std::uint32_t>(GgmlType::kQ8_0) ||
+                                             info.type == static_cast<std::uint32_t>(GgmlType::kQ4_1));
+          if (keep_blocks) {
+            // The engine reads these blocks as stored (kernels/cpu/weight_dtype.h), in HF row order.
+            e.block_format = info.type == static_cast<std::uint32_t>(GgmlType::kQ8_0) ? "Q8_0" : "Q4_1";
+            e.blocks = info.data;
+            if (permute) {
+              e.blocks_owned = std::make_unique_for_overwrite<std::byte[]>(info.data.size());
+              permute_rows(info.data, e.blocks_owned.get(), rows, info.data.size() / static_cast<std::size_t>(rows),
+                           c.head_dim);
+              e.blocks = std::span<const std::byte>(e.blocks_owned.get(), info.data.size());
+              file->release(info);
+            }
+          } else {
+            file->release(info);  // the quantized bytes are not read again
+          }
         }
         if (permute) {
           permute_rows(bytes, e.owned.get(), bias ? info.ne[0] : rows, bias ? elem : static_cast<std::size_t>(row_len) * elem,

@@ -47,11 +47,23 @@ std::uint16_t float_to_bf16_bits(float x);
 float f16_bits_to_float(std::uint16_t bits);
 float bf16_bits_to_float(std::uint16_t bits);
 
+// A 2-D tensor in one of ggml's block formats as a GGUF file stores it (its rows in Hugging Face
+// order): `format` is the ggml type's name ("Q8_0", "Q4_1"), `bytes` the rows' blocks back to
+// back. The same tensor's `find` gives its float32 dequantization.
+struct BlockTensorView {
+  std::string_view format;
+  std::vector<std::int64_t> shape;
+  std::span<const std::byte> bytes;
+};
+
 class TensorSource {
  public:
   virtual ~TensorSource() = default;
   // The tensor called `name`, or nullopt. The view stays valid as long as the source lives.
   virtual std::optional<TensorView> find(std::string_view name) const = 0;
+  // The blocks of tensor `name` where the source keeps them (a GGUF file's Q8_0 and Q4_1
+  // matrices; reference/gguf_model.h), for a reader that widens them itself; nullopt otherwise.
+  virtual std::optional<BlockTensorView> find_blocks(std::string_view) const { return std::nullopt; }
   // All tensor names, sorted.
   virtual std::vector<std::string> names() const = 0;
   // Where a tensor lives, for error messages: a file path, or "<memory>".

@@ -30,7 +30,9 @@ namespace kvcheck {
 namespace {
 
 using lanes::Lanes;
+using lanes::I8Lanes;
 using lanes::Lanes16;
+using lanes::U8Lanes;
 using lanes::U16Lanes;
 using lanes::U32Lanes;
 
@@ -67,8 +69,20 @@ void check(const LinearRowsArgs& a) {
                                                         (a.w == nullptr || a.x == nullptr || a.y == nullptr))) {
     throw std::invalid_argument("linear_rows: inconsistent shapes or strides");
   }
-  if (a.w_dtype != WeightDType::kF32 && a.w_dtype != WeightDType::kF16 && a.w_dtype != WeightDType::kBF16) {
-    throw std::invalid_argument("linear_rows: unknown weight dtype");
+  switch (a.w_dtype) {
+    case WeightDType::kF32:
+    case WeightDType::kF16:
+    case WeightDType::kBF16:
+      break;
+    case WeightDType::kQ8_0:
+    case WeightDType::kQ4_1:
+      if (a.in % 32 != 0 || a.w_stride % 32 != 0) {
+        throw std::invalid_argument(std::string("linear_rows: ") + weight_dtype_name(a.w_dtype) +
+                                    " rows must be whole blocks of 32 (in and w_stride)");
+      }
+      break;
+    default:
+      throw std::invalid_argument("linear_rows: unknown weight dtype");
   }
 }
 
@@ -198,7 +212,7 @@ void linear_gemm(const LinearRowsArgs& a) {
   // same blocking and the same bits.
   thread_local Rows wf;
   wf.resize(n, a.in);
-  widen_row(static_cast<const std::byte*>(a.w) + a.out_begin * a.w_stride * weight_dtype_size(a.w_dtype), a.w_dtype,
+  widen_row(static_cast<const std::byte*>(a.w) + weight_row_bytes(a.w_dtype, a.out_begin * a.w_stride), a.w_dtype,
             n * a.in, wf.data());
   ym.middleCols(a.out_begin, n).noalias() = xm * wf.topRows(n).transpose();
   if (a.bias != nullptr) {

@@ -12,9 +12,11 @@
 // batch it shares a step with, nor on the tile a thread happens to own. What the tiling buys is
 // reuse: each weight row is loaded once per block of rows instead of once per row.
 //
-// W is read as the checkpoint stores it (F32, F16 or BF16; kernels/cpu/weight_dtype.h) and each
-// element is widened to float inside the inner loop. The widening is exact, so a bf16 or f16 W
-// gives bit for bit what the same W converted to a float32 matrix first would give.
+// W is read as the checkpoint stores it (F32, F16, BF16, or a GGUF file's Q8_0 / Q4_1 blocks;
+// kernels/cpu/weight_dtype.h) and each element is widened to float inside the inner loop. The
+// widening is exact (for the blocks: the dequantization's own float operations), so such a W
+// gives bit for bit what the same W converted to a float32 matrix first would give; a Q4_1 W
+// streams 5/32 of that matrix's bytes per decode step.
 //
 // On x86-64 the loop is compiled three times, for the baseline ISA, for AVX2 + F16C and for
 // AVX-512, and the widest build the CPU runs is used. All perform the same multiplies and adds
@@ -41,7 +43,7 @@ bool linear_isa_available(LinearIsa isa);
 
 struct LinearRowsArgs {
   const void* w = nullptr;     // [out, in] row-major elements of w_dtype, `w_stride` elements between
-  std::int64_t w_stride = 0;   // rows; any byte alignment (read through memcpy)
+  std::int64_t w_stride = 0;   // rows (whole blocks for Q8_0 / Q4_1); any byte alignment (memcpy)
   std::int64_t in = 0;
   const float* bias = nullptr;  // [out] or null
   const float* x = nullptr;     // [rows, in], `x_stride` floats between rows

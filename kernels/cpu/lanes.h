@@ -16,6 +16,7 @@ typedef std::int32_t I32Lanes __attribute__((vector_size(32)));
 typedef std::int32_t I32Lanes4 __attribute__((vector_size(16)));
 typedef std::uint16_t U16Lanes __attribute__((vector_size(16)));  // eight fp16 / bf16 bit patterns
 typedef std::uint8_t U8Lanes __attribute__((vector_size(8)));
+typedef std::int8_t I8Lanes __attribute__((vector_size(8)));
 // Sixteen floats: only the AVX-512 builds use them, as two groups of eight lanes side by side (two
 // output rows, two query heads, two lane groups of one row), so that lane l of each group meets
 // exactly the operands it meets in an eight-lane build.

@@ -2,9 +2,11 @@
 // linear_rows: every element equals row_ops::dot of its weight row and input row (plus the bias)
 // bit for bit, whatever the number of rows in the batch, the output range a task owns, the
 // strides, and the ISA build (portable or AVX2), and whatever dtype W is stored in (bf16, f16, f32
-// at any alignment: the same bits as on the float values). A wrong tile index, a dropped tail
-// element, a missing bias, a reduction order that depended on the tile or an inexact widening
-// would each change some bit.
+// at any alignment: the same bits as on the float values; ggml's Q8_0 and Q4_1 blocks: the same
+// bits as on their dequantization by reference/gguf_quants.h, the gguf package's known answers).
+// A wrong tile index, a dropped tail element, a missing bias, a reduction order that depended on
+// the tile, an inexact widening, a block's scale taken from its neighbour or a nibble from the
+// wrong half would each change some bit.
 // linear_gemm, rmsnorm, rope, swiglu: within a tolerance derived from each element's own terms
 // (a named number of float roundings) of the definition computed in double, outputs outside the
 // task's range untouched, and linear_gemm on bf16 / f16 bytes bit for bit the float path. A wrong
@@ -27,6 +29,8 @@
 #include "kernels/cpu/weight_dtype.h"
 #include "properties/support/float_eps.h"
 #include "properties/support/property_check.h"
+#include "reference/gguf.h"
+#include "reference/gguf_quants.h"
 #include "reference/tensor.h"
 
 namespace kvcheck {
@@ -43,12 +47,13 @@ struct Case {
 // Up to 19 outputs and 13 rows: the AVX-512 build's two octets of outputs, and its path for 8
 // or more rows of 2-byte weights (each octet widened once, then tiles of 4 rows and 1-3 after).
 // many: at least 8 rows and a range of at least 8 outputs, so that path always runs.
-Case gen_case(bool many = false) {
+// block: in and w_pad whole blocks of that many elements (the block formats' rows).
+Case gen_case(bool many = false, std::int64_t block = 1) {
   Case c;
-  c.in = *rc::gen::inRange<std::int64_t>(1, 70);
+  c.in = block > 1 ? block * *rc::gen::inRange<std::int64_t>(1, 4) : *rc::gen::inRange<std::int64_t>(1, 70);
   c.out = *rc::gen::inRange<std::int64_t>(many ? 8 : 1, 20);
   c.rows = *rc::gen::inRange<std::int64_t>(many ? 8 : 1, 14);
-  c.w_pad = *rc::gen::inRange<std::int64_t>(0, 3);
+  c.w_pad = block * *rc::gen::inRange<std::int64_t>(0, block > 1 ? 2 : 3);
   c.x_pad = *rc::gen::inRange<std::int64_t>(0, 3);
   c.y_pad = *rc::gen::inRange<std::int64_t>(0, 3);
   c.begin = *rc::gen::inRange<std::int64_t>(0, many ? c.out - 7 : c.out);
@@ -93,7 +98,7 @@ std::vector<float> run(const Case& c, LinearIsa isa, const void* w = nullptr, We
 // finite value, subnormals included; c.w becomes their float values), or f32 (c.w as it is).
 std::vector<std::byte> typed_weights(Case& c, WeightDType dtype, std::size_t offset) {
   const std::size_t n = c.w.size();
-  const std::size_t size = static_cast<std::size_t>(weight_dtype_size(dtype));
+  const std::size_t size = static_cast<std::size_t>(weight_row_bytes(dtype, 1));
   std::vector<std::byte> bytes(offset + n * size);
   for (std::size_t i = 0; i < n; ++i) {
     if (dtype == WeightDType::kF32) {
@@ -106,6 +111,28 @@ std::vector<std::byte> typed_weights(Case& c, WeightDType dtype, std::size_t off
     if ((bits & exponent) == exponent) bits = static_cast<std::uint16_t>(bits & ~0x4000);
     std::memcpy(bytes.data() + offset + i * 2, &bits, 2);
     c.w[i] = dtype == WeightDType::kBF16 ? bf16_bits_to_float(bits) : f16_bits_to_float(bits);
+  }
+  return bytes;
+}
+
+// W of case c (rows of whole blocks) as Q8_0 or Q4_1 blocks after `offset` unaligned bytes:
+// random codes and any finite f16 scales (subnormals included); c.w becomes their
+// dequantization by the reference (dequantize_ggml), which the gguf package's known answers hold.
+std::vector<std::byte> block_weights(Case& c, WeightDType dtype, std::size_t offset) {
+  const auto block_bytes = static_cast<std::size_t>(weight_block_bytes(dtype));
+  const std::size_t blocks = c.w.size() / 32;
+  std::vector<std::byte> bytes(offset + blocks * block_bytes);
+  for (std::size_t b = 0; b < blocks; ++b) {
+    std::byte* block = bytes.data() + offset + b * block_bytes;
+    const std::vector<std::uint8_t> raw =
+        *rc::gen::container<std::vector<std::uint8_t>>(block_bytes, rc::gen::arbitrary<std::uint8_t>());
+    std::memcpy(block, raw.data(), block_bytes);
+    // d (and Q4_1's m): finite, exponent field below all-ones.
+    for (std::size_t s = 0; s < (dtype == WeightDType::kQ4_1 ? 2u : 1u); ++s) {
+      if ((static_cast<std::uint8_t>(block[2 * s + 1]) & 0x7C) == 0x7C) block[2 * s + 1] &= std::byte{0xBF};
+    }
+    const auto type = static_cast<std::uint32_t>(dtype == WeightDType::kQ8_0 ? GgmlType::kQ8_0 : GgmlType::kQ4_1);
+    dequantize_ggml(type, std::span<const std::byte>(block, block_bytes), std::span<float>(c.w.data() + b * 32, 32));
   }
   return bytes;
 }
@@ -195,6 +222,49 @@ TEST(LinearRowsProps, TypedWeightsGiveTheFloatPathBitForBit) { typed_weights_giv
 
 // The same where the AVX-512 build widens each octet of 2-byte rows once for all the batch's rows.
 TEST(LinearRowsProps, TypedWeightsWidenedOnceGiveTheFloatPathBitForBit) { typed_weights_give_the_float_path(true); }
+
+// Q8_0 and Q4_1 blocks read in place give bit for bit what linear_rows gives on their float32
+// dequantization, in every ISA build, with one tile of rows or several (the AVX-512 build widens
+// each octet of rows once for 8 or more rows) and a range of outputs anywhere in the matrix.
+void block_weights_give_the_float_path(bool many) {
+  check_property(std::string("linear_rows on Q8_0/Q4_1 blocks == linear_rows on their dequantization") +
+                     (many ? ", 8+ rows and outputs" : ""), 300, [many] {
+    Case c = gen_case(many, 32);
+    const auto dtype = *rc::gen::element(WeightDType::kQ8_0, WeightDType::kQ4_1);
+    const auto offset = *rc::gen::inRange<std::size_t>(0, 4);
+    const std::vector<std::byte> bytes = block_weights(c, dtype, offset);
+    for (const LinearIsa isa : {LinearIsa::kPortable, LinearIsa::kAvx2, LinearIsa::kAvx512}) {
+      if (!linear_isa_available(isa)) continue;
+      const std::vector<float> want = run(c, isa);
+      const std::vector<float> got = run(c, isa, bytes.data() + offset, dtype);
+      RC_ASSERT(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+    }
+    // widen_row (the embedding lookup, linear_gemm's widening) gives the same floats.
+    std::vector<float> widened(c.w.size());
+    widen_row(bytes.data() + offset, dtype, static_cast<std::int64_t>(widened.size()), widened.data());
+    RC_ASSERT(std::memcmp(widened.data(), c.w.data(), widened.size() * sizeof(float)) == 0);
+    for (std::size_t i = 0; i < c.w.size(); i += 7) {
+      const float e = widen_element(bytes.data() + offset, dtype, static_cast<std::int64_t>(i));
+      RC_ASSERT(std::memcmp(&e, &c.w[i], sizeof e) == 0);
+    }
+  });
+}
+
+TEST(LinearRowsProps, BlockWeightsGiveTheirDequantizationBitForBit) { block_weights_give_the_float_path(false); }
+TEST(LinearRowsProps, BlockWeightsWidenedOnceGiveTheirDequantizationBitForBit) {
+  block_weights_give_the_float_path(true);
+}
+
+TEST(LinearRows, RejectsBlockRowsThatAreNotWholeBlocks) {
+  std::vector<std::byte> w(20 * 4);
+  std::vector<float> x(64, 1.0f), y(2);
+  LinearRowsArgs a{w.data(), 48, 48, nullptr, x.data(), 48, y.data(), 2, 1, 0, 2, WeightDType::kQ4_1};
+  EXPECT_THROW(linear_rows(a), std::invalid_argument);  // 48 is not whole blocks of 32
+  a.in = a.w_stride = a.x_stride = 32;
+  EXPECT_NO_THROW(linear_rows(a));
+  float out[32];
+  EXPECT_THROW(widen_row(w.data(), WeightDType::kQ8_0, 31, out), std::invalid_argument);
+}
 
 // Every f16 and bf16 pattern widens as the reference converts it (NaNs: to a NaN).
 TEST(LinearRows, WideningMatchesTheReferenceConversionForEveryPattern) {

@@ -5,6 +5,10 @@
 //   ViewsTheCheckpointInPlace  every matrix points into the checkpoint's bytes (a tied lm_head into
 //       the embedding's), nothing is converted to double (the reference's layer cache stays empty),
 //       and bytes() counts the stored bytes.
+//   SmolLm2ReadsItsBlocksInPlace  (the fetched GGUF file) the Q4_1 and Q8_0 matrices are read as
+//       blocks, each row widening to the reference's dequantized row (Q/K rows moved back to
+//       Hugging Face order), and the logits are bit for bit those of the same model's float32
+//       tensors.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -14,6 +18,7 @@
 
 #include "optimized/engine.h"
 #include "properties/support/model_fixtures.h"
+#include "reference/model.h"
 #include "reference/random_model.h"
 #include "reference/weights.h"
 
@@ -48,10 +53,11 @@ std::shared_ptr<TensorMap> as_f32(const TensorMap& t) {
   return out;
 }
 
-EngineGenerateResult run(const ReferenceModel& model, const std::vector<std::int32_t>& prompt) {
+EngineGenerateResult run(const ReferenceModel& model, const std::vector<std::int32_t>& prompt,
+                         std::int64_t page_bytes = 512) {
   EngineOptions o;
   o.policy = "full-fp32";
-  o.page_bytes = 512;
+  o.page_bytes = page_bytes;
   o.threads = 2;
   auto engine = make_engine(model, o);
   EngineGenerateOptions go;
@@ -104,6 +110,59 @@ TEST(EngineWeights, ViewsTheCheckpointInPlace) {
     }
     EXPECT_EQ(w.bytes(), want_bytes);
   }
+}
+
+TEST(EngineWeights, SmolLm2ReadsItsBlocksInPlace) {
+  const std::filesystem::path path = testing::smollm2_gguf();
+  if (path.empty()) GTEST_SKIP() << testing::kSmolLm2Missing;
+  const ReferenceModel model = ReferenceModel::load(path);
+  const ModelConfig& c = model.config();
+  const TensorSource& source = *model.weights().shared_source();
+  EngineOptions o;
+  o.page_bytes = 4096;
+  auto engine = make_engine(model, o);
+  const EngineWeights& w = engine->weights;
+  EXPECT_EQ(w.embedding.dtype, WeightDType::kQ8_0);
+  EXPECT_EQ(w.lm_head.w.data, w.embedding.data);
+  std::int64_t want_bytes = w.embedding.bytes();
+  // Each matrix as blocks, its rows widening to the reference's float32 rows.
+  const auto expect_rows = [&](const WeightMatrix& m, const std::string& name, WeightDType dtype) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(m.dtype, dtype);
+    const TensorView f = *source.find(name);
+    ASSERT_EQ(f.dtype, DType::kF32);
+    ASSERT_EQ(f.numel(), m.rows * m.cols);
+    std::vector<float> row(static_cast<std::size_t>(m.cols));
+    for (const std::int64_t r : {std::int64_t{0}, std::int64_t{1}, m.rows / 2 + 1, m.rows - 1}) {
+      m.widen_row_to(r, row.data());
+      ASSERT_EQ(std::memcmp(row.data(), f.bytes.data() + r * m.cols * 4, row.size() * 4), 0) << "row " << r;
+    }
+  };
+  expect_rows(w.embedding, "model.embed_tokens.weight", WeightDType::kQ8_0);
+  for (const std::int64_t l : {std::int64_t{0}, c.num_hidden_layers - 1}) {
+    const EngineLayer& e = w.layers[static_cast<std::size_t>(l)];
+    expect_rows(e.q.w, layer_tensor_name(l, "self_attn.q_proj.weight"), WeightDType::kQ4_1);
+    expect_rows(e.k.w, layer_tensor_name(l, "self_attn.k_proj.weight"), WeightDType::kQ4_1);
+    expect_rows(e.down.w, layer_tensor_name(l, "mlp.down_proj.weight"), WeightDType::kQ4_1);
+  }
+  for (const EngineLayer& e : w.layers) {
+    for (const DenseWeight* d : {&e.q, &e.k, &e.v, &e.o, &e.gate, &e.up, &e.down}) want_bytes += d->w.bytes();
+  }
+  EXPECT_EQ(w.bytes(), want_bytes);
+  EXPECT_LT(w.bytes(), 100'000'000);  // 96 MB of blocks, where their float32 copy is 538 MB
+  // The same model over its float32 tensors: the same logits, bit for bit.
+  auto floats = std::make_shared<TensorMap>();
+  for (const std::string& name : source.names()) {
+    const TensorView v = *source.find(name);
+    floats->add(name, v.dtype, v.shape, v.bytes);
+  }
+  const ReferenceModel model_f32(c, floats, "<f32>");
+  const std::vector<std::int32_t> prompt = test_tokens(23, c.vocab_size, 4);
+  const EngineGenerateResult got = run(model, prompt, 4096);
+  const EngineGenerateResult want = run(model_f32, prompt, 4096);
+  EXPECT_EQ(got.generated, want.generated);
+  ASSERT_EQ(got.logits.size(), want.logits.size());
+  EXPECT_EQ(std::memcmp(got.logits.data(), want.logits.data(), got.logits.size() * sizeof(float)), 0);
 }
 
 }  // namespace
