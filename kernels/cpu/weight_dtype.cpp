@@ -33,11 +33,7 @@ void widen_row(const std::byte* p, WeightDType dtype, std::int64_t n, float* out
       }
       return;
     case WeightDType::kF16:
-      for (std::int64_t i = 0; i < n; ++i) {
-        std::uint16_t bits;
-        std::memcpy(&bits, p + i * 2, sizeof bits);
-        out[i] = widen_f16(bits);
-      }
+      for (std::int64_t i = 0; i < n; ++i) out[i] = widen_f16_at(p + i * 2);
       return;
     case WeightDType::kQ8_0:
       for (std::int64_t b = 0; b < n / 32; ++b, p += 34, out += 32) {

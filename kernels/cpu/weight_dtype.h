@@ -34,10 +34,12 @@ constexpr std::int64_t weight_block_elements(WeightDType d) {
 constexpr std::int64_t weight_block_bytes(WeightDType d) {
   switch (d) {
     case WeightDType::kF32: return 4;
+    case WeightDType::kF16:
+    case WeightDType::kBF16: return 2;
     case WeightDType::kQ8_0: return 34;
     case WeightDType::kQ4_1: return 20;
-    default: return 2;
   }
+  return 0;
 }
 // Bytes of n elements (a whole number of blocks).
 constexpr std::int64_t weight_row_bytes(WeightDType d, std::int64_t n) {
@@ -96,9 +98,10 @@ inline float widen_element(const std::byte* p, WeightDType dtype, std::int64_t i
     const auto q = static_cast<unsigned>(b[4 + j % 16]) >> (j < 16 ? 0 : 4) & 0x0Fu;
     return widen_f16_at(b) * static_cast<float>(q) + widen_f16_at(b + 2);
   }
+  if (dtype == WeightDType::kF16) return widen_f16_at(p + i * 2);
   std::uint16_t bits;
   std::memcpy(&bits, p + i * 2, sizeof bits);
-  return dtype == WeightDType::kBF16 ? widen_bf16(bits) : widen_f16(bits);
+  return widen_bf16(bits);
 }
 
 // out[i] = element i of the n elements of `dtype` at `p`, widened (exact); n a whole number of

@@ -202,6 +202,17 @@ TEST(LinearRowsProps, RowsDoNotDependOnTheirBatch) {
 // or f32, at a byte offset that leaves it unaligned. The kernel must give bit for bit what it gives
 // on the float32 matrix of the same values (converted by the reference's own conversion), in both
 // ISA builds: the widening is exact and the summation order is the float path's.
+// linear_rows over `bytes` (W of case c stored as `dtype`, `offset` bytes in) gives the bits it
+// gives over c.w as float, in every ISA build this CPU has.
+void expect_the_float_path(const Case& c, const std::vector<std::byte>& bytes, std::size_t offset, WeightDType dtype) {
+  for (const LinearIsa isa : {LinearIsa::kPortable, LinearIsa::kAvx2, LinearIsa::kAvx512}) {
+    if (!linear_isa_available(isa)) continue;
+    const std::vector<float> want = run(c, isa);
+    const std::vector<float> got = run(c, isa, bytes.data() + offset, dtype);
+    RC_ASSERT(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+  }
+}
+
 void typed_weights_give_the_float_path(bool many) {
   check_property(std::string("linear_rows on bf16/f16/f32 bytes == linear_rows on float") +
                      (many ? ", 8+ rows and outputs" : ""), 500, [many] {
@@ -209,12 +220,7 @@ void typed_weights_give_the_float_path(bool many) {
     const auto dtype = *rc::gen::element(WeightDType::kBF16, WeightDType::kF16, WeightDType::kF32);
     const auto offset = *rc::gen::inRange<std::size_t>(0, 4);
     const std::vector<std::byte> bytes = typed_weights(c, dtype, offset);
-    for (const LinearIsa isa : {LinearIsa::kPortable, LinearIsa::kAvx2, LinearIsa::kAvx512}) {
-      if (!linear_isa_available(isa)) continue;
-      const std::vector<float> want = run(c, isa);
-      const std::vector<float> got = run(c, isa, bytes.data() + offset, dtype);
-      RC_ASSERT(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
-    }
+    expect_the_float_path(c, bytes, offset, dtype);
   });
 }
 
@@ -233,12 +239,7 @@ void block_weights_give_the_float_path(bool many) {
     const auto dtype = *rc::gen::element(WeightDType::kQ8_0, WeightDType::kQ4_1);
     const auto offset = *rc::gen::inRange<std::size_t>(0, 4);
     const std::vector<std::byte> bytes = block_weights(c, dtype, offset);
-    for (const LinearIsa isa : {LinearIsa::kPortable, LinearIsa::kAvx2, LinearIsa::kAvx512}) {
-      if (!linear_isa_available(isa)) continue;
-      const std::vector<float> want = run(c, isa);
-      const std::vector<float> got = run(c, isa, bytes.data() + offset, dtype);
-      RC_ASSERT(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
-    }
+    expect_the_float_path(c, bytes, offset, dtype);
     // widen_row (the embedding lookup, linear_gemm's widening) gives the same floats.
     std::vector<float> widened(c.w.size());
     widen_row(bytes.data() + offset, dtype, static_cast<std::int64_t>(widened.size()), widened.data());
