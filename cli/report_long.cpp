@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <atomic>
+#include <exception>
 #include <future>
+#include <mutex>
+#include <thread>
 #include <map>
 #include <utility>
 
@@ -38,6 +42,11 @@ constexpr std::int64_t kUnset = -1;
 // the weights once for all of them; the same bits as one at a time). SmolLM2-135M at batch 4
 // spends a quarter of batch 1's projection time per token (docs/perf/2026-11-28-smollm2-bench-engine.json).
 constexpr std::size_t kLongBatch = 4;
+
+// Configurations measured side by side (report --long): at most one per thread, and at most this
+// many, each holding one engine's page pool at a time (at 8K tokens and kLongBatch requests, up to
+// 1.5 GB for full-fp32).
+constexpr std::int64_t kLongLanes = 4;
 
 // Calls run(first, end) for consecutive batches [first, end) of at most kLongBatch of n things.
 template <typename Run>
@@ -141,6 +150,16 @@ bool window_reference(const ReferenceModel& model, const Prompt& window, std::in
   nll = ref.nll;
   return false;
 }
+
+// The wall and CPU seconds of a phase since its construction: "84.4 s on 1.8 cores".
+struct PhaseClock {
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  double cpu0 = cpu_seconds();
+  std::string text() const {
+    const double wall = seconds_since(t0);
+    return fmt::format("{:.1f} s on {:.1f} cores", wall, wall > 0.0 ? (cpu_seconds() - cpu0) / wall : 0.0);
+  }
+};
 
 nlohmann::json number_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
 
@@ -431,7 +450,7 @@ int run_long_report(const ReportArgs& args) {
   run.feed = "text";
   run.prompts = mode.windows;
   run.prompt_tokens = 256;  // fp8:scale=calibrated's windows (cli/fp8_calibration.h), cut from the held-out set
-  const auto t_ref = std::chrono::steady_clock::now();
+  const PhaseClock ref_clock;
   std::int64_t cached_windows = 0, total_windows = 0;
   std::vector<LengthInputs> lengths;
   {
@@ -464,10 +483,10 @@ int run_long_report(const ReportArgs& args) {
       lengths.push_back(std::move(in));
     }
   }
-  const double ref_s = seconds_since(t_ref);
+  const double ref_s = seconds_since(ref_clock.t0);
   if (!args.quiet) {
-    fmt::print(stderr, "kvcheck report: reference over {} windows ({} from the cache, {:.1f} s), {} configurations x {} lengths\n",
-               total_windows, cached_windows, ref_s, configs.size(), lengths.size());
+    fmt::print(stderr, "kvcheck report: reference over {} windows ({} from the cache, {}), {} configurations x {} lengths\n",
+               total_windows, cached_windows, ref_clock.text(), configs.size(), lengths.size());
   }
   // Every configuration at every length. Per length, each prompt's prefill is computed once
   // (ModelRunner::capture_prefill, on the full-fp32 engine) and every configuration stores it (the
@@ -479,10 +498,10 @@ int run_long_report(const ReportArgs& args) {
   EngineOptions capturing = single_request_engine_options(run, "full-fp32");
   capturing.pages = 1;
   std::unique_ptr<Engine> full = make_engine(model, capturing);
-  // An engine for `spec` whose pool holds kLongBatch of the length's windows or items at once
-  // (--kv-pages, when given, instead).
-  const auto long_engine = [&](const std::string& spec, const LengthInputs& in) {
-    EngineOptions eo = single_request_engine_options(run, spec);
+  // An engine for `spec` on `lane_run`'s threads whose pool holds kLongBatch of the length's windows
+  // or items at once (--kv-pages, when given, instead).
+  const auto long_engine = [&](const std::string& spec, const LengthInputs& in, const VerifyArgs& lane_run) {
+    EngineOptions eo = single_request_engine_options(lane_run, spec);
     if (eo.pages <= 0) {
       std::int64_t tokens = in.length;
       for (const RetrievalCase& rc : in.items) {
@@ -497,6 +516,8 @@ int run_long_report(const ReportArgs& args) {
   };
   {
     ProgressBar bar("report", "configurations x lengths", args.quiet);
+    const int threads = run.threads > 0 ? run.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int lanes = static_cast<int>(std::min<std::int64_t>({threads, kLongLanes, static_cast<std::int64_t>(configs.size())}));
     std::int64_t done = 0;
     const auto steps = static_cast<std::int64_t>(configs.size() * lengths.size());
     for (std::size_t li = 0; li < lengths.size(); ++li) {
@@ -512,16 +533,19 @@ int run_long_report(const ReportArgs& args) {
         specs[k] = run_specs[spec];
         options.cover(*make_policy(specs[k]));
       }
+      const PhaseClock captures_clock;
       std::vector<PrefillCapture> window_captures, item_captures;
       for (const Prompt& w : in.windows) {
         window_captures.push_back(full->runner->capture_prefill(
             std::span<const std::int32_t>(w.tokens).first(static_cast<std::size_t>(P)), options));
       }
       for (const RetrievalCase& rc : in.items) item_captures.push_back(full->runner->capture_prefill(rc.prompt, options));
+      const std::string captures_time = captures_clock.text();
+      const PhaseClock answers_clock;
       // The full-precision engine's own greedy answers: a policy is also judged against what the
       // model could do uncompressed (a small model misses some items at full precision).
       {
-        const std::unique_ptr<Engine> answering = long_engine("full-fp32", in);
+        const std::unique_ptr<Engine> answering = long_engine("full-fp32", in, run);
         in_batches(in.items.size(), [&](std::size_t first, std::size_t end) {
           std::vector<EngineGenerateRequest> batch;
           for (std::size_t i = first; i < end; ++i) {
@@ -538,27 +562,16 @@ int run_long_report(const ReportArgs& args) {
           }
         });
       }
+      const std::string answers_time = answers_clock.text();
+      const PhaseClock rows_clock;
       std::vector<const PrefillCapture*> oracle_prefills;
       for (const PrefillCapture& pc : window_captures) oracle_prefills.push_back(&pc);
-      // A configuration's per-step oracle runs on a thread of its own while the next configuration
-      // is measured: its checks are serial (one core), the measured decode uses every core, so
-      // run back to back a core idled through every oracle. Its engine gets one thread (the
-      // engine's bits do not depend on the count); its counts and seconds join their row when the
-      // next oracle starts, or after the last configuration. Declared after what it reads, so
-      // that leaving this scope early (an exception) waits for it before those go.
-      std::future<std::pair<OracleCounts, double>> oracle_pending;
-      std::size_t oracle_config = 0;
-      const auto collect_oracle = [&] {
-        if (!oracle_pending.valid()) return;
-        const auto [o, seconds] = oracle_pending.get();
-        accum[oracle_config].checks += o.checks;
-        accum[oracle_config].violations += o.violations;
-        accum[oracle_config].wall_s += seconds;
-      };
-      for (std::size_t k = 0; k < configs.size(); ++k) {
+      // One configuration at this length: measured on `lane_run.threads` threads, then its per-step
+      // oracle (serial checks) on one. Writes accum[k] only.
+      const auto run_config = [&](std::size_t k, const VerifyArgs& lane_run) {
         const auto t_cfg = std::chrono::steady_clock::now();
         ConfigAccum& acc = accum[k];
-        std::unique_ptr<Engine> engine = long_engine(specs[k], in);
+        std::unique_ptr<Engine> engine = long_engine(specs[k], in, lane_run);
         LengthRow lr;
         lr.exact.resize(n_depths);
         lr.agree.resize(n_depths);
@@ -598,25 +611,66 @@ int run_long_report(const ReportArgs& args) {
           lr.predicted = measured.predicted();
           lr.row = measured.finish();
         }
+        engine.reset();
         acc.engine_name = lr.row.name;
         lr.spec = specs[k];
-        acc.wall_s += seconds_since(t_cfg);
         acc.lengths.push_back(std::move(lr));
-        collect_oracle();
         if (mode.oracle_windows > 0) {
-          oracle_config = k;
-          oracle_pending = std::async(std::launch::async, [&, spec = specs[k]] {
-            const auto t_oracle = std::chrono::steady_clock::now();
-            VerifyArgs one_thread = run;
-            one_thread.threads = 1;
-            const OracleCounts o = run_step_oracle(model, one_thread, spec, in.windows, P, mode.oracle_windows,
-                                                   oracle_prefills, mode.oracle_steps);
-            return std::pair{o, seconds_since(t_oracle)};
-          });
+          VerifyArgs one_thread = lane_run;
+          one_thread.threads = 1;
+          const OracleCounts o = run_step_oracle(model, one_thread, specs[k], in.windows, P, mode.oracle_windows,
+                                                 oracle_prefills, mode.oracle_steps);
+          acc.checks += o.checks;
+          acc.violations += o.violations;
         }
-        bar.update(++done, steps);
+        acc.wall_s += seconds_since(t_cfg);
+      };
+      // The configurations run in `lanes` lanes side by side, each taking the next one not yet
+      // taken, its engine on an equal share of the threads. Run one after another on every
+      // thread, the cores idled through each configuration's serial parts (storing a prompt,
+      // the policy's bookkeeping, the oracle's checks): 1.5 of 2 cores busy at 1K. Each
+      // configuration's numbers are the same whichever lane runs it and whenever (the engine's
+      // bits do not depend on its thread count; nothing is shared but what is read).
+      {
+        std::atomic<std::size_t> next{0};
+        std::atomic<bool> failed{false};
+        std::mutex progress;
+        const auto lane = [&] {
+          VerifyArgs lane_run = run;
+          lane_run.threads = std::max(1, threads / lanes);
+          for (std::size_t k = next++; k < configs.size() && !failed; k = next++) {
+            try {
+              run_config(k, lane_run);
+            } catch (...) {
+              failed = true;
+              throw;
+            }
+            const std::lock_guard<std::mutex> lock(progress);
+            bar.update(++done, steps);
+          }
+        };
+        std::vector<std::future<void>> running;
+        for (int l = 1; l < lanes; ++l) running.push_back(std::async(std::launch::async, lane));
+        std::exception_ptr error;
+        try {
+          lane();
+        } catch (...) {
+          error = std::current_exception();
+        }
+        for (std::future<void>& f : running) {
+          try {
+            f.get();
+          } catch (...) {
+            if (!error) error = std::current_exception();
+          }
+        }
+        if (error) std::rethrow_exception(error);
       }
-      collect_oracle();
+      if (!args.quiet) {
+        fmt::print(stderr, "kvcheck report: {} tokens: {} prefill captures {}, full-precision answers {}, {} configurations {}\n",
+                   in.length, window_captures.size() + item_captures.size(), captures_time, answers_time, configs.size(),
+                   rows_clock.text());
+      }
     }
   }
   nlohmann::json rows = nlohmann::json::array();

@@ -100,10 +100,17 @@ bool load_or_compute_reference(const ReferenceModel& model, AccuracyInputs& inpu
   return hit;
 }
 
-// Seconds since `t0`, and the peak resident set of this process so far (getrusage: the kernel's
-// high-water mark, KiB on Linux), for the run line and report.json's "run".
+// Seconds since `t0`, the CPU seconds of this process so far (user and system, every thread), and
+// its peak resident set so far (getrusage: the kernel's high-water mark, KiB on Linux), for the run
+// line, the long report's phase lines and report.json's "run".
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+double cpu_seconds() {
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0.0;
+  const auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
+  return s(usage.ru_utime) + s(usage.ru_stime);
 }
 std::int64_t peak_rss_bytes() {
   rusage usage{};

@@ -73,8 +73,10 @@ BaselineRow baseline_row(const nlohmann::json& row);
 bool load_or_compute_reference(const ReferenceModel& model, AccuracyInputs& inputs, const std::filesystem::path& cache_dir,
                                const std::string& key, const char* who);
 
-// Seconds since `t0`, and the peak resident set of this process so far, for report.json's "run".
+// Seconds since `t0`, the CPU seconds of this process so far (user and system, every thread), and
+// its peak resident set so far, for report.json's "run" and the long report's phase lines.
 double seconds_since(std::chrono::steady_clock::time_point t0);
+double cpu_seconds();
 std::int64_t peak_rss_bytes();
 
 // Where a run's outputs go and how its gate runs.
