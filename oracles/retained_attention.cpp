@@ -12,6 +12,30 @@
 
 namespace kvcheck {
 
+void scaled_dots_ref(const float* q, const float* keys, std::int64_t n, std::int64_t d, double scale, double* out) {
+  std::int64_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const float* k = keys + j * d;
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    for (std::int64_t c = 0; c < d; ++c) {
+      const auto qc = static_cast<double>(q[c]);
+      s0 += qc * static_cast<double>(k[c]);
+      s1 += qc * static_cast<double>(k[d + c]);
+      s2 += qc * static_cast<double>(k[2 * d + c]);
+      s3 += qc * static_cast<double>(k[3 * d + c]);
+    }
+    out[j] = scale * s0;
+    out[j + 1] = scale * s1;
+    out[j + 2] = scale * s2;
+    out[j + 3] = scale * s3;
+  }
+  for (; j < n; ++j) {
+    double s = 0.0;
+    for (std::int64_t c = 0; c < d; ++c) s += static_cast<double>(q[c]) * static_cast<double>(keys[j * d + c]);
+    out[j] = scale * s;
+  }
+}
+
 RetainedAttentionRef retained_attention_ref(std::span<const float> q, std::span<const float> keys,
                                             std::span<const float> values, std::int64_t group, std::int64_t head_dim,
                                             double scale) {
@@ -28,11 +52,7 @@ RetainedAttentionRef retained_attention_ref(std::span<const float> q, std::span<
   r.probs.assign(g_count * n, 0.0);
   for (std::size_t g = 0; g < g_count; ++g) {
     double* p = r.probs.data() + g * n;
-    for (std::size_t j = 0; j < n; ++j) {
-      double dot = 0.0;
-      for (std::size_t c = 0; c < d; ++c) dot += static_cast<double>(q[g * d + c]) * static_cast<double>(keys[j * d + c]);
-      p[j] = scale * dot;
-    }
+    scaled_dots_ref(q.data() + g * d, keys.data(), static_cast<std::int64_t>(n), head_dim, scale, p);
     const double max_logit = *std::max_element(p, p + n);
     double sum = 0.0;
     for (std::size_t j = 0; j < n; ++j) {

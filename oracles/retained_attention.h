@@ -3,7 +3,8 @@
 // list of tokens, already dequantized to floats. The paged decode kernel
 // (kernels/cpu/paged_attention.h) must equal it within float tolerance on the tokens it holds.
 // And the column / window attention sums of causal prefill, from reference/attention.h's
-// attention_ref, for kernels/cpu/prefill_attention.h. Plain loops, no tiling, on purpose.
+// attention_ref, for kernels/cpu/prefill_attention.h. Plain loops, no tiling, on purpose (the dot
+// products four keys at a time, each summed as the plain loop sums it).
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,11 @@ struct RetainedAttentionRef {
   std::vector<double> out;    // [group][head_dim]
   std::vector<double> probs;  // [group][n]
 };
+
+// out[j] = scale * Σ_c q_c k_jc for each of the n keys ([n][d]), q and k widened to double and
+// each sum taken in c order: the plain loop's bits. Four keys at a time, so that four sums are in
+// flight rather than one dependent chain of adds (the per-step oracle's time at 8K tokens).
+void scaled_dots_ref(const float* q, const float* keys, std::int64_t n, std::int64_t d, double scale, double* out);
 
 // q: [group][head_dim]; keys, values: [n][head_dim] (the retained tokens, dequantized), n >= 1.
 // p_gj = softmax_j(scale * q_g · k_j), out_g = Σ_j p_gj v_j, all in double.

@@ -31,13 +31,9 @@ constexpr double kUnit = std::numeric_limits<float>::epsilon() / 2;  // float un
 void attend(const float* q, std::span<const float> keys, std::span<const float> values, std::int64_t n,
             std::int64_t d, double scale, std::vector<double>& probs, std::vector<double>& out) {
   probs.assign(static_cast<std::size_t>(n), 0.0);
+  scaled_dots_ref(q, keys.data(), n, d, scale, probs.data());
   double mx = -std::numeric_limits<double>::infinity();
-  for (std::int64_t j = 0; j < n; ++j) {
-    double s = 0.0;
-    for (std::int64_t c = 0; c < d; ++c) s += static_cast<double>(q[c]) * keys[static_cast<std::size_t>(j * d + c)];
-    probs[static_cast<std::size_t>(j)] = s * scale;
-    mx = std::max(mx, s * scale);
-  }
+  for (const double p : probs) mx = std::max(mx, p);
   double z = 0.0;
   for (double& p : probs) z += (p = std::exp(p - mx));
   for (double& p : probs) p /= z;
@@ -87,7 +83,32 @@ DecodeStepCheck check_decode_step(const DecodeStepInputs& in) {
     // (γ_d ≈ d·u), so the probabilities within a factor e^{±2ε}; the weighted sum of the values
     // and the normalisation add (held + d)·u relative error.
     double eps = 0.0, delta = 0.0;
-    for (std::int64_t i = 0; i < h; ++i) {
+    const auto take = [&](double abs_dot, double change) {
+      eps = std::max(eps, 1.01 * static_cast<double>(d + 2) * kUnit * abs_dot * in.scale);
+      delta = std::max(delta, std::abs(change) * in.scale);
+    };
+    // Σ_c |q_c k̂_ic| and Σ_c q_c (k_jc - k̂_ic) of each held token, in c order; four tokens at a
+    // time (independent sums in flight, each with the one-token loop's bits).
+    std::int64_t first = 0;
+    for (; first + 4 <= h; first += 4) {
+      const float* kh[4];
+      const float* k[4];
+      for (int t = 0; t < 4; ++t) {
+        kh[t] = in.held_keys.data() + (first + t) * d;
+        k[t] = in.keys.data() + static_cast<std::int64_t>(in.held[static_cast<std::size_t>(first + t)]) * d;
+      }
+      double abs_dot[4] = {0.0, 0.0, 0.0, 0.0}, change[4] = {0.0, 0.0, 0.0, 0.0};
+      for (std::int64_t c = 0; c < d; ++c) {
+        const auto qc = static_cast<double>(qv[c]);
+        for (int t = 0; t < 4; ++t) {
+          const auto khc = static_cast<double>(kh[t][c]);
+          abs_dot[t] += std::abs(qc * khc);
+          change[t] += qc * (static_cast<double>(k[t][c]) - khc);
+        }
+      }
+      for (int t = 0; t < 4; ++t) take(abs_dot[t], change[t]);
+    }
+    for (std::int64_t i = first; i < h; ++i) {
       const std::int64_t j = in.held[static_cast<std::size_t>(i)];
       double abs_dot = 0.0, change = 0.0;
       for (std::int64_t c = 0; c < d; ++c) {
@@ -95,8 +116,7 @@ DecodeStepCheck check_decode_step(const DecodeStepInputs& in) {
         abs_dot += std::abs(qv[c] * kh);
         change += qv[c] * (static_cast<double>(in.keys[static_cast<std::size_t>(j * d + c)]) - kh);
       }
-      eps = std::max(eps, 1.01 * static_cast<double>(d + 2) * kUnit * abs_dot * in.scale);
-      delta = std::max(delta, std::abs(change) * in.scale);
+      take(abs_dot, change);
     }
     const double tol =
         (std::expm1(2 * eps) + 2.0 * static_cast<double>(h + d + 4) * kUnit) * vhat_max + in.output_rounding + 1e-30;

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <random>
 #include <vector>
 
 #include "oracles/quant_bounds.h"
@@ -83,6 +85,33 @@ TEST(OracleTolerances, StepHeldToleranceWithLogitRounding) {
   for (const double sign : {1.0, -1.0}) {
     EXPECT_FALSE(held_step(2, k, v, sign * 0.99 * tol).held_violated);
     EXPECT_TRUE(held_step(2, k, v, sign * 1.01 * tol).held_violated);
+  }
+}
+
+// scaled_dots_ref's four-keys-at-a-time loop gives each key the plain loop's bits: the same
+// products summed in c order. Magnitudes spread over 2^±20 so that any other order of the adds
+// (pairwise, or the keys' lanes mixed up) rounds differently; n not a multiple of four so the
+// tail is held too.
+TEST(ScaledDotsRef, FourKeysAtATimeGiveThePlainLoopsBits) {
+  std::mt19937 rng(20261204);
+  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-20, 20);
+  for (const std::int64_t d : {1, 3, 8, 64}) {
+    for (std::int64_t n = 1; n <= 11; ++n) {
+      std::vector<float> q(static_cast<std::size_t>(d)), keys(static_cast<std::size_t>(n * d));
+      for (float& x : q) x = std::ldexp(mantissa(rng), exponent(rng));
+      for (float& x : keys) x = std::ldexp(mantissa(rng), exponent(rng));
+      const double scale = 0.125;
+      std::vector<double> got(static_cast<std::size_t>(n), -1.0);
+      scaled_dots_ref(q.data(), keys.data(), n, d, scale, got.data());
+      for (std::int64_t j = 0; j < n; ++j) {
+        double s = 0.0;
+        for (std::int64_t c = 0; c < d; ++c) s += static_cast<double>(q[c]) * static_cast<double>(keys[j * d + c]);
+        const double want = scale * s;
+        EXPECT_EQ(std::memcmp(&got[static_cast<std::size_t>(j)], &want, sizeof want), 0)
+            << "d " << d << ", n " << n << ", key " << j << ": " << got[static_cast<std::size_t>(j)] << " vs " << want;
+      }
+    }
   }
 }
 
