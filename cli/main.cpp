@@ -23,8 +23,8 @@ namespace {
 // OS, so a loop that allocates and frees the same few-MB buffers (the per-step oracle's rows of an
 // 8K context, one set per configuration) pays a page fault and a kernel page clear for every 4 KB
 // each time: most of the oracle's time in `report --long` at 8K. Blocks up to 32 MB now come from
-// the heap, and the heap is not trimmed; larger ones (a page pool) are still mmapped, zeroed
-// lazily by the OS.
+// the heap, whose top is given back only when more than 1 GB of it is free; larger blocks (a page
+// pool) are still mmapped, zeroed lazily by the OS.
 void keep_freed_memory() {
 #if defined(__GLIBC__)
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
