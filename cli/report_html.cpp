@@ -637,10 +637,14 @@ std::string kl_by_position_charts(const nlohmann::json& report, FamilyMarks& mar
         s += fmt::format(R"svg(<path class="kl-line" data-policy="{0}" d="{1}" fill="none" stroke="{2}" stroke-width="1.6" stroke-dasharray="{3}"><title>{0}</title></path>)svg",
                          escape(policy), d, mark.color, dash);
         s += points;
-        // Legend: the line in its dash pattern with the point mark, and the name without "@fraction".
+        // Legend: the line in its dash pattern with the point mark, and the name without
+        // "@fraction"; a row that keeps every token by the spec it was asked for, which names only
+        // what differs from the policy's defaults ("kivi2:rotate=hadamard", where the policy's
+        // name spells every parameter and is cut before the one that tells two rows apart).
         const int row = static_cast<int>(k - first);
         const double ly = a.T + 12 + 15 * row;
-        std::string name = g.empty() ? policy : policy.substr(0, policy.rfind('@'));
+        const bool has_spec = r.contains("spec") && r.at("spec").is_string();
+        std::string name = !g.empty() ? policy.substr(0, policy.rfind('@')) : has_spec ? r.at("spec").get<std::string>() : policy;
         s += fmt::format(R"svg(<line x1="{}" x2="{}" y1="{}" y2="{}" stroke="{}" stroke-width="1.6" stroke-dasharray="{}"/>)svg",
                          a.W - a.R + 4, a.W - a.R + 26, ly - 4, ly - 4, mark.color, dash);
         s += point_mark(mark, a.W - a.R + 15, ly - 4, 3.5, "none", 0, "");

@@ -172,6 +172,22 @@ TEST(ReportLongHtml, KlChartHasOneLinePerRowOrderedByBin) {
   EXPECT_EQ(lines.at("h2o@1/8").moves, 1);
 }
 
+// A row that keeps every token is named in its legend by the spec it was asked for: the policy's
+// name spells every parameter and is cut before the one that tells two kivi2 rows apart. The
+// whole name stays in the entry's <title>.
+TEST(ReportLongHtml, KeptRowsLegendNamesTheirSpec) {
+  nlohmann::json report = long_report();
+  nlohmann::json rotated = long_row(4, "kivi2:group=32,residual=128,rotate=hadamard", nullptr, {1e-2, 1e-2, 1e-2, 1e-2});
+  rotated["spec"] = "kivi2:rotate=hadamard";
+  report["rows"].push_back(rotated);
+  const std::string html = report_html(report);
+  EXPECT_NE(html.find(">kivi2:rotate=hadamard<title>kivi2:group=32,residual=128,rotate=hadamard</title></text>"),
+            std::string::npos);
+  EXPECT_EQ(html.find(">kivi2:group=32,residual=\u2026"), std::string::npos);
+  // A budgeted row's entry is still its policy without the fraction.
+  EXPECT_NE(html.find(">h2o<title>h2o@1/8</title></text>"), std::string::npos);
+}
+
 // The family is the name before ':' or '@': h2o@1/8 and h2o@1/4 share h2o's color (and mark), and
 // snapkv has another.
 TEST(ReportLongHtml, FractionRowsShareTheirFamilysMark) {
