@@ -3,12 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <atomic>
-#include <exception>
-#include <future>
-#include <mutex>
-#include <thread>
 #include <map>
+#include <mutex>
 #include <utility>
 
 #include <fmt/format.h>
@@ -31,6 +27,7 @@
 #include "reference/chat_template.h"
 #include "reference/errors.h"
 #include "reference/model.h"
+#include "reference/parallel.h"
 #include "reference/tokenizer.h"
 
 namespace kvcheck::cli {
@@ -498,10 +495,10 @@ int run_long_report(const ReportArgs& args) {
   EngineOptions capturing = single_request_engine_options(run, "full-fp32");
   capturing.pages = 1;
   std::unique_ptr<Engine> full = make_engine(model, capturing);
-  // An engine for `spec` on `lane_run`'s threads whose pool holds kLongBatch of the length's windows
+  // An engine for `spec` on `engine_run`'s threads whose pool holds kLongBatch of the length's windows
   // or items at once (--kv-pages, when given, instead).
-  const auto long_engine = [&](const std::string& spec, const LengthInputs& in, const VerifyArgs& lane_run) {
-    EngineOptions eo = single_request_engine_options(lane_run, spec);
+  const auto long_engine = [&](const std::string& spec, const LengthInputs& in, const VerifyArgs& engine_run) {
+    EngineOptions eo = single_request_engine_options(engine_run, spec);
     if (eo.pages <= 0) {
       std::int64_t tokens = in.length;
       for (const RetrievalCase& rc : in.items) {
@@ -516,8 +513,10 @@ int run_long_report(const ReportArgs& args) {
   };
   {
     ProgressBar bar("report", "configurations x lengths", args.quiet);
-    const int threads = run.threads > 0 ? run.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    const int lanes = static_cast<int>(std::min<std::int64_t>({threads, kLongLanes, static_cast<std::int64_t>(configs.size())}));
+    const int threads = resolve_threads(run.threads);
+    const int lanes = static_cast<int>(std::min<std::int64_t>(threads, kLongLanes));
+    VerifyArgs lane_run = run;  // a lane's engine: an equal share of the threads
+    lane_run.threads = std::max(1, threads / lanes);
     std::int64_t done = 0;
     const auto steps = static_cast<std::int64_t>(configs.size() * lengths.size());
     for (std::size_t li = 0; li < lengths.size(); ++li) {
@@ -568,7 +567,7 @@ int run_long_report(const ReportArgs& args) {
       for (const PrefillCapture& pc : window_captures) oracle_prefills.push_back(&pc);
       // One configuration at this length: measured on `lane_run.threads` threads, then its per-step
       // oracle (serial checks) on one. Writes accum[k] only.
-      const auto run_config = [&](std::size_t k, const VerifyArgs& lane_run) {
+      const auto run_config = [&](std::size_t k) {
         const auto t_cfg = std::chrono::steady_clock::now();
         ConfigAccum& acc = accum[k];
         std::unique_ptr<Engine> engine = long_engine(specs[k], in, lane_run);
@@ -625,47 +624,18 @@ int run_long_report(const ReportArgs& args) {
         }
         acc.wall_s += seconds_since(t_cfg);
       };
-      // The configurations run in `lanes` lanes side by side, each taking the next one not yet
-      // taken, its engine on an equal share of the threads. Run one after another on every
+      // The configurations run in `lanes` lanes side by side (parallel_items: each lane takes the
+      // next one not yet taken), each engine on an equal share of the threads. Run one after another on every
       // thread, the cores idled through each configuration's serial parts (storing a prompt,
       // the policy's bookkeeping, the oracle's checks): 1.5 of 2 cores busy at 1K. Each
       // configuration's numbers are the same whichever lane runs it and whenever (the engine's
       // bits do not depend on its thread count; nothing is shared but what is read).
-      {
-        std::atomic<std::size_t> next{0};
-        std::atomic<bool> failed{false};
-        std::mutex progress;
-        const auto lane = [&] {
-          VerifyArgs lane_run = run;
-          lane_run.threads = std::max(1, threads / lanes);
-          for (std::size_t k = next++; k < configs.size() && !failed; k = next++) {
-            try {
-              run_config(k, lane_run);
-            } catch (...) {
-              failed = true;
-              throw;
-            }
-            const std::lock_guard<std::mutex> lock(progress);
-            bar.update(++done, steps);
-          }
-        };
-        std::vector<std::future<void>> running;
-        for (int l = 1; l < lanes; ++l) running.push_back(std::async(std::launch::async, lane));
-        std::exception_ptr error;
-        try {
-          lane();
-        } catch (...) {
-          error = std::current_exception();
-        }
-        for (std::future<void>& f : running) {
-          try {
-            f.get();
-          } catch (...) {
-            if (!error) error = std::current_exception();
-          }
-        }
-        if (error) std::rethrow_exception(error);
-      }
+      std::mutex progress;
+      parallel_items(static_cast<std::int64_t>(configs.size()), lanes, [&](std::int64_t k, int) {
+        run_config(static_cast<std::size_t>(k));
+        const std::lock_guard<std::mutex> lock(progress);
+        bar.update(++done, steps);
+      });
       if (!args.quiet) {
         fmt::print(stderr, "kvcheck report: {} tokens: {} prefill captures {}, full-precision answers {}, {} configurations {}\n",
                    in.length, window_captures.size() + item_captures.size(), captures_time, answers_time, configs.size(),
