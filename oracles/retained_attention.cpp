@@ -12,28 +12,25 @@
 
 namespace kvcheck {
 
+namespace {
+
+// out[t] = scale * q · k_t for the M keys from k, M sums in flight, each taken in c order.
+template <int M>
+void scaled_dots_of(const float* q, const float* k, std::int64_t d, double scale, double* out) {
+  double s[M] = {};
+  for (std::int64_t c = 0; c < d; ++c) {
+    const auto qc = static_cast<double>(q[c]);
+    for (int t = 0; t < M; ++t) s[t] += qc * static_cast<double>(k[t * d + c]);
+  }
+  for (int t = 0; t < M; ++t) out[t] = scale * s[t];
+}
+
+}  // namespace
+
 void scaled_dots_ref(const float* q, const float* keys, std::int64_t n, std::int64_t d, double scale, double* out) {
   std::int64_t j = 0;
-  for (; j + 4 <= n; j += 4) {
-    const float* k = keys + j * d;
-    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
-    for (std::int64_t c = 0; c < d; ++c) {
-      const auto qc = static_cast<double>(q[c]);
-      s0 += qc * static_cast<double>(k[c]);
-      s1 += qc * static_cast<double>(k[d + c]);
-      s2 += qc * static_cast<double>(k[2 * d + c]);
-      s3 += qc * static_cast<double>(k[3 * d + c]);
-    }
-    out[j] = scale * s0;
-    out[j + 1] = scale * s1;
-    out[j + 2] = scale * s2;
-    out[j + 3] = scale * s3;
-  }
-  for (; j < n; ++j) {
-    double s = 0.0;
-    for (std::int64_t c = 0; c < d; ++c) s += static_cast<double>(q[c]) * static_cast<double>(keys[j * d + c]);
-    out[j] = scale * s;
-  }
+  for (; j + 4 <= n; j += 4) scaled_dots_of<4>(q, keys + j * d, d, scale, out + j);
+  for (; j < n; ++j) scaled_dots_of<1>(q, keys + j * d, d, scale, out + j);
 }
 
 RetainedAttentionRef retained_attention_ref(std::span<const float> q, std::span<const float> keys,

@@ -45,6 +45,28 @@ void attend(const float* q, std::span<const float> keys, std::span<const float> 
   }
 }
 
+// Σ_c |q_c k̂_ic| and Σ_c q_c (k_jc - k̂_ic) of the M held tokens i from `first` (j their context
+// index), M sums of each in flight, each taken in c order.
+template <int M>
+void held_sums(const DecodeStepInputs& in, const float* qv, std::int64_t d, std::int64_t first, double (&abs_dot)[M],
+               double (&change)[M]) {
+  const float* kh[M];
+  const float* k[M];
+  for (int t = 0; t < M; ++t) {
+    kh[t] = in.held_keys.data() + (first + t) * d;
+    k[t] = in.keys.data() + static_cast<std::int64_t>(in.held[static_cast<std::size_t>(first + t)]) * d;
+    abs_dot[t] = change[t] = 0.0;
+  }
+  for (std::int64_t c = 0; c < d; ++c) {
+    const auto qc = static_cast<double>(qv[c]);
+    for (int t = 0; t < M; ++t) {
+      const auto khc = static_cast<double>(kh[t][c]);
+      abs_dot[t] += std::abs(qc * khc);
+      change[t] += qc * (static_cast<double>(k[t][c]) - khc);
+    }
+  }
+}
+
 }  // namespace
 
 DecodeStepCheck check_decode_step(const DecodeStepInputs& in) {
@@ -87,36 +109,16 @@ DecodeStepCheck check_decode_step(const DecodeStepInputs& in) {
       eps = std::max(eps, 1.01 * static_cast<double>(d + 2) * kUnit * abs_dot * in.scale);
       delta = std::max(delta, std::abs(change) * in.scale);
     };
-    // Σ_c |q_c k̂_ic| and Σ_c q_c (k_jc - k̂_ic) of each held token, in c order; four tokens at a
-    // time (independent sums in flight, each with the one-token loop's bits).
     std::int64_t first = 0;
     for (; first + 4 <= h; first += 4) {
-      const float* kh[4];
-      const float* k[4];
-      for (int t = 0; t < 4; ++t) {
-        kh[t] = in.held_keys.data() + (first + t) * d;
-        k[t] = in.keys.data() + static_cast<std::int64_t>(in.held[static_cast<std::size_t>(first + t)]) * d;
-      }
-      double abs_dot[4] = {0.0, 0.0, 0.0, 0.0}, change[4] = {0.0, 0.0, 0.0, 0.0};
-      for (std::int64_t c = 0; c < d; ++c) {
-        const auto qc = static_cast<double>(qv[c]);
-        for (int t = 0; t < 4; ++t) {
-          const auto khc = static_cast<double>(kh[t][c]);
-          abs_dot[t] += std::abs(qc * khc);
-          change[t] += qc * (static_cast<double>(k[t][c]) - khc);
-        }
-      }
+      double abs_dot[4], change[4];
+      held_sums<4>(in, qv, d, first, abs_dot, change);
       for (int t = 0; t < 4; ++t) take(abs_dot[t], change[t]);
     }
-    for (std::int64_t i = first; i < h; ++i) {
-      const std::int64_t j = in.held[static_cast<std::size_t>(i)];
-      double abs_dot = 0.0, change = 0.0;
-      for (std::int64_t c = 0; c < d; ++c) {
-        const double kh = in.held_keys[static_cast<std::size_t>(i * d + c)];
-        abs_dot += std::abs(qv[c] * kh);
-        change += qv[c] * (static_cast<double>(in.keys[static_cast<std::size_t>(j * d + c)]) - kh);
-      }
-      take(abs_dot, change);
+    for (; first < h; ++first) {
+      double abs_dot[1], change[1];
+      held_sums<1>(in, qv, d, first, abs_dot, change);
+      take(abs_dot[0], change[0]);
     }
     const double tol =
         (std::expm1(2 * eps) + 2.0 * static_cast<double>(h + d + 4) * kUnit) * vhat_max + in.output_rounding + 1e-30;
