@@ -198,10 +198,6 @@ TEST(LinearRowsProps, RowsDoNotDependOnTheirBatch) {
   });
 }
 
-// W as a checkpoint stores it: bf16 or f16 bit patterns (any finite value, subnormals included),
-// or f32, at a byte offset that leaves it unaligned. The kernel must give bit for bit what it gives
-// on the float32 matrix of the same values (converted by the reference's own conversion), in both
-// ISA builds: the widening is exact and the summation order is the float path's.
 // linear_rows over `bytes` (W of case c stored as `dtype`, `offset` bytes in) gives the bits it
 // gives over c.w as float, in every ISA build this CPU has.
 void expect_the_float_path(const Case& c, const std::vector<std::byte>& bytes, std::size_t offset, WeightDType dtype) {
@@ -213,6 +209,10 @@ void expect_the_float_path(const Case& c, const std::vector<std::byte>& bytes, s
   }
 }
 
+// W as a checkpoint stores it: bf16 or f16 bit patterns (any finite value, subnormals included),
+// or f32, at a byte offset that leaves it unaligned. The kernel must give bit for bit what it gives
+// on the float32 matrix of the same values (converted by the reference's own conversion), in both
+// ISA builds: the widening is exact and the summation order is the float path's.
 void typed_weights_give_the_float_path(bool many) {
   check_property(std::string("linear_rows on bf16/f16/f32 bytes == linear_rows on float") +
                      (many ? ", 8+ rows and outputs" : ""), 500, [many] {
