@@ -231,9 +231,40 @@ void HostTwinBackend::write_kv(PagedKvCache& cache, std::int32_t layer, std::int
   }
 }
 
+void HostTwinBackend::refresh_pool_copy(const PagePool& pool, const ResidentAttention& a) {
+  const auto page_bytes = static_cast<std::size_t>(pool.page_bytes());
+  const std::size_t words = pool.pages() > 0 ? pool.live_mask(0).size() : 0;
+  if (pool_bytes_.size() != static_cast<std::size_t>(pool.pages()) * page_bytes) {
+    pool_bytes_.assign(static_cast<std::size_t>(pool.pages()) * page_bytes, std::byte{0});
+    pool_masks_.assign(static_cast<std::size_t>(pool.pages()) * words, 0);
+  }
+  std::vector<PageId> ids;
+  for (std::int64_t r = 0; r < a.rows; ++r) {
+    const std::int64_t request = row_request(a.row_requests, r);
+    for (std::int32_t h = 0; h < a.kv_heads; ++h) {
+      const auto it = table_.find(TableKey{request, a.layer, h});
+      if (it == table_.end()) continue;  // decode_attention names it
+      for (std::size_t p = 0; p + 1 < it->second.size(); p += 2) ids.push_back(it->second[p]);
+    }
+  }
+  stale_.clear();
+  mirror_.stale(pool, ids, stale_);
+  for (const PageId id : stale_) {
+    const std::span<const std::byte> b = pool.bytes(id);
+    std::copy(b.begin(), b.end(), pool_bytes_.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(id) * page_bytes));
+    const std::span<const std::uint64_t> m = pool.live_mask(id);
+    std::copy(m.begin(), m.end(), pool_masks_.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(id) * words));
+    ledger_.add(Direction::kToDevice, Transfer::kKv, static_cast<std::int64_t>(b.size_bytes() + m.size_bytes()));
+  }
+}
+
 void HostTwinBackend::decode_attention(const PagedKvCache& cache, const KvPolicy& policy, const ResidentAttention& a,
                                        ResidentAttentionTrace* trace) {
   const PagePool& pool = cache.manager().pool();
+  const bool mirrored = pool_ == Pool::kMirrored;
+  if (mirrored) refresh_pool_copy(pool, a);
+  const auto page_bytes = static_cast<std::size_t>(pool.page_bytes());
+  const std::size_t words = pool.pages() > 0 ? pool.live_mask(0).size() : 0;
   const std::int64_t heads_total = a.rows * a.kv_heads;
   const auto group_floats = static_cast<std::size_t>(a.group * a.head_dim);
   const std::vector<float>& q = f(a.q);
@@ -255,7 +286,14 @@ void HostTwinBackend::decode_attention(const PagedKvCache& cache, const KvPolicy
       }
       for (std::size_t p = 0; p + 1 < it->second.size(); p += 2) {
         const PageId id = it->second[p];
-        pages[k].push_back(PageRead{pool.bytes(id).data(), pool.live_mask(id), it->second[p + 1]});
+        if (mirrored) {
+          const auto at = static_cast<std::size_t>(id);
+          pages[k].push_back(PageRead{pool_bytes_.data() + at * page_bytes,
+                                      std::span<const std::uint64_t>(pool_masks_).subspan(at * words, words),
+                                      it->second[p + 1]});
+        } else {
+          pages[k].push_back(PageRead{pool.bytes(id).data(), pool.live_mask(id), it->second[p + 1]});
+        }
       }
       const std::size_t qa = k * group_floats;
       const std::span<const float> group_q = std::span<const float>(q).subspan(qa, group_floats);

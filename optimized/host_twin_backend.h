@@ -8,6 +8,11 @@
 // on the same numbers in the same order, so a twin engine gives the CPU engine's bits
 // (HostTwinProps.*).
 //
+// Mirrored (the CUDA resident backend's way, docs/design.md §15): the twin keeps its own copy of
+// the pool's pages and reads decode attention from it, copying before each read the pages whose
+// stamp moved since it took them (optimized/pool_mirror.h), counted as kKv; shared (the default):
+// it reads the cache's pool itself, as a device whose page manager runs on the device would.
+//
 // It is also a Backend: the span operations (prefill, and whatever has no resident form yet) run
 // on the CPU backend; host_path_calls() counts them, and a decode step makes none.
 #pragma once
@@ -20,14 +25,16 @@
 
 #include "optimized/backend.h"
 #include "optimized/cpu_backend.h"
+#include "optimized/pool_mirror.h"
 #include "optimized/resident_backend.h"
 
 namespace kvcheck {
 
 class HostTwinBackend final : public Backend, public ResidentBackend {
  public:
-  explicit HostTwinBackend(int threads = 0) : cpu_(threads) {}
-  std::string name() const override { return "host-twin"; }
+  enum class Pool { kShared, kMirrored };
+  explicit HostTwinBackend(int threads = 0, Pool pool = Pool::kShared) : cpu_(threads), pool_(pool) {}
+  std::string name() const override { return pool_ == Pool::kMirrored ? "host-twin-mirrored" : "host-twin"; }
   int threads() const override { return cpu_.threads(); }
   ResidentBackend* resident() override { return this; }
 
@@ -44,6 +51,8 @@ class HostTwinBackend final : public Backend, public ResidentBackend {
   void prefill_attention(const PrefillAttentionInput& in, const PrefillAttentionOutput& out) override;
   void decode_attention(std::span<const DecodeHeadInput> in, std::span<const DecodeHeadOutput> out) override;
   std::int64_t host_path_calls() const { return host_path_calls_; }
+  // Pages copied into the mirrored twin's own pool copy so far.
+  std::int64_t pages_copied() const { return mirror_.pages_taken(); }
 
   // ResidentBackend.
   TransferLedger& ledger() override { return ledger_; }
@@ -83,8 +92,15 @@ class HostTwinBackend final : public Backend, public ResidentBackend {
   std::span<const float> device_vector(std::span<const float> v);
   const WeightMatrix& device_matrix(const WeightMatrix& m);
   std::int64_t row_request(DeviceInts row_requests, std::int64_t r);
+  // Mirrored: brings the copy of every page the table rows of `a` name up to the pool's stamps.
+  void refresh_pool_copy(const PagePool& pool, const ResidentAttention& a);
 
   CpuBackend cpu_;
+  Pool pool_;
+  PoolMirror mirror_;
+  std::vector<std::byte> pool_bytes_;         // mirrored: [pages][page_bytes]
+  std::vector<std::uint64_t> pool_masks_;     // mirrored: [pages][mask words]
+  std::vector<PageId> stale_;
   TransferLedger ledger_;
   std::int64_t host_path_calls_ = 0;
   std::vector<std::vector<float>> floats_;

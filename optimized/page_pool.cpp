@@ -7,6 +7,7 @@
 #include <cstring>
 #include <new>
 #include <stdexcept>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -59,6 +60,7 @@ PagePool::PagePool(PagePoolConfig config) : config_(std::move(config)) {
   const auto n = static_cast<std::size_t>(config_.pages);
   owners_.assign(n, PageOwner{});
   masks_.assign(n * words_, 0);
+  versions_.assign(n, clock_);  // 1: a copy that holds nothing yet holds stamp 0
   if (config_.backing) {
     const std::size_t size = n * static_cast<std::size_t>(config_.page_bytes);
     bytes_.reset(static_cast<std::byte*>(std::calloc(size, 1)));
@@ -85,15 +87,17 @@ void PagePool::format(PageId id, const PageOwner& owner) {
   if (owner.tier < 0 || owner.tier >= tiers()) throw std::out_of_range(fmt::format("page pool: tier {}", owner.tier));
   owners_[static_cast<std::size_t>(id)] = owner;
   std::fill(mask(id), mask(id) + words_, 0);
-  if (config_.backing && config_.poison) std::ranges::fill(bytes(id), kPoison);
+  touch(id);
+  if (config_.backing && config_.poison) std::ranges::fill(raw_bytes(id), kPoison);
   const PageLayout& l = layout(owner.tier);
-  if (config_.backing && l.key_range.bytes > 0) clear_page_key_range(l, bytes(id).data());
+  if (config_.backing && l.key_range.bytes > 0) clear_page_key_range(l, raw_bytes(id).data());
 }
 
 void PagePool::release(PageId id) {
   owners_[static_cast<std::size_t>(id)] = PageOwner{};
   std::fill(mask(id), mask(id) + words_, 0);
-  if (config_.backing && config_.poison) std::ranges::fill(bytes(id), kPoison);
+  touch(id);
+  if (config_.backing && config_.poison) std::ranges::fill(raw_bytes(id), kPoison);
 }
 
 void PagePool::copy_page(PageId from, PageId to) {
@@ -102,7 +106,8 @@ void PagePool::copy_page(PageId from, PageId to) {
                                        owner(from).tier, to, owner(to).tier));
   }
   std::copy(mask(from), mask(from) + words_, mask(to));
-  if (config_.backing) std::ranges::copy(bytes(from), bytes(to).begin());
+  touch(to);
+  if (config_.backing) std::ranges::copy(std::as_const(*this).bytes(from), raw_bytes(to).begin());
 }
 
 bool PagePool::live(PageId id, std::int64_t slot) const {
@@ -153,6 +158,11 @@ std::int64_t PagePool::segment_offset(int tier, std::int64_t slot, Segment segme
 }
 
 std::span<std::byte> PagePool::bytes(PageId id) {
+  touch(id);
+  return raw_bytes(id);
+}
+
+std::span<std::byte> PagePool::raw_bytes(PageId id) {
   require_backing("bytes");
   return {bytes_.get() + static_cast<std::size_t>(id) * static_cast<std::size_t>(config_.page_bytes),
           static_cast<std::size_t>(config_.page_bytes)};
@@ -168,7 +178,7 @@ std::span<std::byte> PagePool::slot_bytes(PageId id, std::int64_t slot, Segment 
   check_slot(id, slot);
   std::int64_t size = 0;
   const std::int64_t offset = segment_offset(owner(id).tier, slot, segment, &size);
-  return bytes(id).subspan(static_cast<std::size_t>(offset), static_cast<std::size_t>(size));
+  return raw_bytes(id).subspan(static_cast<std::size_t>(offset), static_cast<std::size_t>(size));
 }
 
 std::span<const std::byte> PagePool::slot_bytes(PageId id, std::int64_t slot, Segment segment) const {
@@ -194,7 +204,8 @@ void PagePool::store_codes(PageId id, std::int64_t slot, const SlotCodes& codes)
   const int tier = owner(id).tier;
   const SlotSizes& s = slot_sizes_[static_cast<std::size_t>(tier)];
   const PageLayout& l = layout(tier);
-  const std::span<std::byte> page = bytes(id);
+  touch(id);
+  const std::span<std::byte> page = raw_bytes(id);
   auto segment = [&](const PageSegment& g) {
     return std::span<std::uint8_t>(reinterpret_cast<std::uint8_t*>(page.data()) + g.offset,
                                    static_cast<std::size_t>(g.bytes));
@@ -243,6 +254,8 @@ PagePool::SlotCodes PagePool::load_codes(PageId id, std::int64_t slot) const {
 void PagePool::put(PageId id, std::int64_t slot, const TokenPayload& payload) {
   check_slot(id, slot);
   const auto s = static_cast<std::size_t>(slot);
+  // A score alone does not change what decode attention reads (the version's contract).
+  if (!live(id, slot) || (config_.backing && payload.position != this->payload(id, slot).position)) touch(id);
   mask(id)[s / kMaskBits] |= std::uint64_t{1} << (s % kMaskBits);
   if (!config_.backing) return;
   std::memcpy(slot_bytes(id, slot, Segment::kPosition).data(), &payload.position, sizeof payload.position);
@@ -253,13 +266,14 @@ void PagePool::kill(PageId id, std::int64_t slot) {
   check_slot(id, slot);
   const auto s = static_cast<std::size_t>(slot);
   mask(id)[s / kMaskBits] &= ~(std::uint64_t{1} << (s % kMaskBits));
+  touch(id);
   if (!config_.backing || !config_.poison) return;
   const int tier = owner(id).tier;
   const SlotSizes& sizes = slot_sizes_[static_cast<std::size_t>(tier)];
   const PageLayout& l = layout(tier);
   SlotCodes poison = empty_codes(tier);
   for (auto* v : {&poison.key, &poison.value}) std::ranges::fill(*v, std::to_integer<std::uint8_t>(kPoison));
-  auto* page = reinterpret_cast<std::uint8_t*>(bytes(id).data());
+  auto* page = reinterpret_cast<std::uint8_t*>(raw_bytes(id).data());
   store_key_row({page + l.key_codes.offset, static_cast<std::size_t>(l.key_codes.bytes)}, sizes.key_tiling, l.tokens,
                 slot, poison.key);
   store_value_row({page + l.value_codes.offset, static_cast<std::size_t>(l.value_codes.bytes)}, sizes.value_tiling,
@@ -280,6 +294,7 @@ void PagePool::move(PageId from, std::int64_t from_slot, PageId to, std::int64_t
   }
   const auto s = static_cast<std::size_t>(to_slot);
   mask(to)[s / kMaskBits] |= std::uint64_t{1} << (s % kMaskBits);
+  touch(to);
   if (config_.backing) {
     store_codes(to, to_slot, load_codes(from, from_slot));
     for (Segment g : {Segment::kScore, Segment::kPosition}) {
@@ -306,7 +321,8 @@ void PagePool::store_key_group_meta(PageId id, std::int64_t first_slot, std::spa
                                        id, tier, s.key_group_meta, s.key_group_tokens));
   }
   const std::int64_t at = layout(tier).key_meta.offset + first_slot / s.key_group_tokens * s.key_group_meta;
-  std::memcpy(bytes(id).data() + at, meta.data(), meta.size());
+  touch(id);
+  std::memcpy(raw_bytes(id).data() + at, meta.data(), meta.size());
 }
 
 std::vector<std::uint8_t> PagePool::load_key_group_meta(PageId id, std::int64_t first_slot) const {

@@ -17,6 +17,13 @@
 // segment, -1 in the int32 position segment. A live slot whose payload reads back intact was
 // never overwritten by a free page or a dead slot.
 //
+// Versions: every page carries a stamp that changes whenever its live mask or any byte other than
+// its slots' scores changes (format, release, copy_page's target, put of a new slot or position,
+// kill, move's two pages, store_codes, store_key_group_meta, and any write through bytes()), so a
+// copy of the pool elsewhere (a device's: optimized/pool_mirror.h) knows which pages to copy again.
+// A score alone (put with the slot's own position, as add_scores does) leaves it: decode attention
+// does not read scores, and an accumulating policy would otherwise restamp every page every step.
+//
 // backing = false keeps only the metadata (owners, live masks) for benchmarks at a scale whose
 // bytes would not fit; payload accessors then throw.
 #pragma once
@@ -118,9 +125,12 @@ class PagePool {
   void store_key_group_meta(PageId id, std::int64_t first_slot, std::span<const std::uint8_t> meta);
   std::vector<std::uint8_t> load_key_group_meta(PageId id, std::int64_t first_slot) const;
 
-  // The bytes of a page.
+  // The bytes of a page (writing through the first restamps the page).
   std::span<std::byte> bytes(PageId id);
   std::span<const std::byte> bytes(PageId id) const;
+  // The page's stamp (see above): equal stamps, equal live mask and bytes but for scores. Stamps
+  // come from one counter over the pool, so a page never takes a stamp it held before.
+  std::uint64_t version(PageId id) const { return versions_[static_cast<std::size_t>(id)]; }
 
  private:
   // Where a part's metadata lives: per slot, once per page (FP8), per group of slots (KIVI keys).
@@ -134,6 +144,9 @@ class PagePool {
   // The per-slot contiguous segments (metadata, score, position); codes are tiled.
   enum class Segment { kKeyMeta, kValueMeta, kScore, kPosition };
   std::span<std::byte> slot_bytes(PageId id, std::int64_t slot, Segment segment);
+  // bytes() without the restamp, for the members that stamp what they change themselves.
+  std::span<std::byte> raw_bytes(PageId id);
+  void touch(PageId id) { versions_[static_cast<std::size_t>(id)] = ++clock_; }
   std::span<const std::byte> slot_bytes(PageId id, std::int64_t slot, Segment segment) const;
   std::uint64_t* mask(PageId id) { return masks_.data() + static_cast<std::size_t>(id) * words_; }
   const std::uint64_t* mask(PageId id) const { return masks_.data() + static_cast<std::size_t>(id) * words_; }
@@ -147,6 +160,8 @@ class PagePool {
   std::size_t words_ = 0;  // mask words per page
   std::vector<PageOwner> owners_;
   std::vector<std::uint64_t> masks_;
+  std::vector<std::uint64_t> versions_;
+  std::uint64_t clock_ = 1;
   // The pages' bytes, calloc'ed: a large pool comes as untouched zero pages from the OS, so a
   // pool sized for full context costs only the pages a run writes (a vector's value-initialization
   // wrote every byte of it up front).

@@ -4,13 +4,17 @@
 //       under the scheduler, with a pool small enough to preempt (by swap and by recompute), the
 //       prefix cache and forked samples where the policy allows them, an engine on the twin gives
 //       the CPU engine's tokens and every decode step's logits bit for bit, on every registered
-//       policy (RegisteredPoliciesAreAllDrawn holds the list to the registry);
+//       policy (RegisteredPoliciesAreAllDrawn holds the list to the registry); so does the
+//       mirrored twin, which reads its own copy of the pool kept by page stamps (a page the host
+//       changed and did not restamp would be read stale);
 //   ADecodeStepMovesNoKvAndOnlyItsInputsTablesAndLogits
-//       the transfer ledger of every decode step: no KV byte either way, no weight after the
-//       first step, no host-path call, and exactly the step's inputs (ids, positions, row ids,
-//       logit rows), its write targets, the page-table rows that changed since the backend last
-//       held them (the test's own mirror), the live tokens a selecting policy reads, and the
-//       logits; the twin's page table then equals the cache's for every head of the batch.
+//       the transfer ledger of every decode step: no KV byte either way (the mirrored twin: only
+//       the pages it copied, at least the page each (row, layer, kv head) wrote and at most the
+//       pages of the batch's tables, whole), no weight after the first step, no host-path call,
+//       and exactly the step's inputs (ids, positions, row ids, logit rows), its write targets,
+//       the page-table rows that changed since the backend last held them (the test's own
+//       mirror), the live tokens a selecting policy reads, and the logits; the twin's page table
+//       then equals the cache's for every head of the batch.
 //
 // Reproduce a failure with the seed it prints:
 //   RC_PARAMS="seed=N" build/properties/kvcheck_property_tests --gtest_filter='HostTwinProps.*'
@@ -161,35 +165,37 @@ TEST(HostTwinProps, TwinEngineGivesTheCpuEnginesTokensAndLogits) {
     }
     const std::int64_t pages = longest * *rc::gen::element<std::int64_t>(4, 4, 5, 6, 100) / 4;
     const TwinRun cpu = run_on("cpu", model, policy, pages, sc, requests);
-    const TwinRun twin = run_on("host-twin", model, policy, pages, sc, requests);
-    RC_ASSERT(twin.results.size() == cpu.results.size());
-    for (std::size_t i = 0; i < cpu.results.size(); ++i) {
-      const GenerationResult& a = twin.results[i];
-      const GenerationResult& b = cpu.results[i];
-      if (a.stop_reason == StopReason::kError || b.stop_reason == StopReason::kError) {
-        RC_FAIL(fmt::format("{}: request {} failed: twin '{}', cpu '{}'", policy, b.id, a.error, b.error));
+    for (const char* device : {"host-twin", "host-twin-mirrored"}) {
+      const TwinRun twin = run_on(device, model, policy, pages, sc, requests);
+      RC_ASSERT(twin.results.size() == cpu.results.size());
+      for (std::size_t i = 0; i < cpu.results.size(); ++i) {
+        const GenerationResult& a = twin.results[i];
+        const GenerationResult& b = cpu.results[i];
+        if (a.stop_reason == StopReason::kError || b.stop_reason == StopReason::kError) {
+          RC_FAIL(fmt::format("{} on {}: request {} failed: twin '{}', cpu '{}'", policy, device, b.id, a.error, b.error));
+        }
+        if (a.tokens != b.tokens || a.samples != b.samples || a.stop_reason != b.stop_reason) {
+          RC_FAIL(fmt::format("{} on {}: request {}: the twin's tokens differ from the cpu engine's", policy, device, b.id));
+        }
       }
-      if (a.tokens != b.tokens || a.samples != b.samples || a.stop_reason != b.stop_reason) {
-        RC_FAIL(fmt::format("{}: request {}: the twin's tokens differ from the cpu engine's", policy, b.id));
-      }
-    }
-    RC_ASSERT(twin.step_logits.size() == cpu.step_logits.size());
-    for (std::size_t s = 0; s < cpu.step_logits.size(); ++s) {
-      RC_ASSERT(twin.step_requests[s] == cpu.step_requests[s]);
-      const auto& a = twin.step_logits[s];
-      const auto& b = cpu.step_logits[s];
-      if (a.size() != b.size() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) != 0) {
-        const std::string why = fmt::format("{}: decode step {} (requests {}): the twin's logits differ from the cpu "
-                                            "engine's", policy, s, fmt::join(cpu.step_requests[s], ","));
-        RC_FAIL(why);
+      RC_ASSERT(twin.step_logits.size() == cpu.step_logits.size());
+      for (std::size_t s = 0; s < cpu.step_logits.size(); ++s) {
+        RC_ASSERT(twin.step_requests[s] == cpu.step_requests[s]);
+        const auto& a = twin.step_logits[s];
+        const auto& b = cpu.step_logits[s];
+        if (a.size() != b.size() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) != 0) {
+          const std::string why = fmt::format("{} on {}: decode step {} (requests {}): the twin's logits differ from the "
+                                              "cpu engine's", policy, device, s, fmt::join(cpu.step_requests[s], ","));
+          RC_FAIL(why);
+        }
       }
     }
     policies_run.insert(spec_name(policy));
     ++totals.runs;
     totals.steps += static_cast<long>(cpu.step_logits.size());
-    totals.recompute += twin.stats.preemptions_recompute;
-    totals.swap += twin.stats.preemptions_swap;
-    totals.prefix_hits += twin.stats.prefix_hit_tokens;
+    totals.recompute += cpu.stats.preemptions_recompute;
+    totals.swap += cpu.stats.preemptions_swap;
+    totals.prefix_hits += cpu.stats.prefix_hit_tokens;
     totals.forks += std::count_if(requests.begin(), requests.end(), [](const auto& r) { return r.n > 1; });
   });
   std::printf("%ld workloads over %zu policies, %ld decode steps; %ld recompute and %ld swap preemptions, %ld prompt "
@@ -215,8 +221,11 @@ TEST(HostTwinProps, ADecodeStepMovesNoKvAndOnlyItsInputsTablesAndLogits) {
     ModelConfig c = testing::tiny_config(shape);
     if (*rc::gen::arbitrary<bool>()) c.family = ModelFamily::kQwen3;
     const ReferenceModel model = testing::tiny_model(c, *rc::gen::inRange<std::uint64_t>(0, 100000));
-    auto e = engine_on("host-twin", model, policy, 4000, page_bytes_for(policy));
+    const bool mirrored = *rc::gen::arbitrary<bool>();
+    auto e = engine_on(mirrored ? "host-twin-mirrored" : "host-twin", model, policy, 4000, page_bytes_for(policy));
     auto& twin = dynamic_cast<HostTwinBackend&>(*e->backend);
+    const PagePool& pool = e->cache->manager().pool();
+    const std::int64_t page_copy_bytes = pool.page_bytes() + static_cast<std::int64_t>(pool.live_mask(0).size_bytes());
     const KvPolicy& p = e->cache->policy();
     const std::int64_t L = c.num_hidden_layers, H = c.num_key_value_heads, V = c.vocab_size;
     const auto n = *rc::gen::inRange(1, 5);
@@ -263,16 +272,18 @@ TEST(HostTwinProps, ADecodeStepMovesNoKvAndOnlyItsInputsTablesAndLogits) {
         }
       }
       const std::int64_t host_calls = twin.host_path_calls();
+      const std::int64_t copied_before = twin.pages_copied();
       const std::vector<float> logits = e->runner->decode(batch, tokens, positions, subset ? &rows : nullptr);
       const TransferCounts& t = twin.ledger().step();
       const std::int64_t R = subset ? static_cast<std::int64_t>(rows.size()) : B;
       // The page-table rows that changed since the twin last held them, from the cache itself.
-      std::int64_t table_bytes = 0;
+      std::int64_t table_bytes = 0, table_pages = 0;
       std::vector<std::int32_t> now;
       for (std::int64_t id : batch) {
         for (std::int32_t l = 0; l < L; ++l) {
           for (std::int32_t h = 0; h < H; ++h) {
             e->cache->head_page_ids(id, l, h, now);
+            table_pages += static_cast<std::int64_t>(now.size()) / 2;
             auto& sent = mirror[{id, l, h}];
             if (sent != now) table_bytes += (5 + static_cast<std::int64_t>(now.size())) * 4;
             sent = now;
@@ -285,8 +296,16 @@ TEST(HostTwinProps, ADecodeStepMovesNoKvAndOnlyItsInputsTablesAndLogits) {
         }
       }
       const std::string what = fmt::format("{}: step {} (batch {}, {} logit rows): {}", policy, step, B, R, t.summary());
-      if (t.of(Direction::kToDevice, Transfer::kKv) != 0 || t.of(Direction::kToHost, Transfer::kKv) != 0) {
-        RC_FAIL("a decode step moved KV bytes: " + what);
+      // The mirrored twin copies whole pages: those the step wrote, and those the host changed.
+      const std::int64_t copied = twin.pages_copied() - copied_before;
+      const std::int64_t kv = copied * page_copy_bytes;
+      if (!mirrored && copied != 0) RC_FAIL("the shared twin copied pages: " + what);
+      if (mirrored && (copied < B * L * H || copied > table_pages)) {
+        RC_FAIL(fmt::format("{} pages copied, expected from {} (one written per row, layer and kv head) to {} (every "
+                            "page of the batch's tables): {}", copied, B * L * H, table_pages, what));
+      }
+      if (t.of(Direction::kToDevice, Transfer::kKv) != kv || t.of(Direction::kToHost, Transfer::kKv) != 0) {
+        RC_FAIL(fmt::format("a decode step moved KV bytes other than {} pages' copies: {}", copied, what));
       }
       if (twin.host_path_calls() != host_calls) RC_FAIL("a decode step used the host path: " + what);
       const std::int64_t rows_bytes = 8 * B + (subset && R != B ? 4 * R : 0);
@@ -302,7 +321,7 @@ TEST(HostTwinProps, ADecodeStepMovesNoKvAndOnlyItsInputsTablesAndLogits) {
       // Nothing else crosses: the kinds above are the whole step, with the weights a step meets for
       // the first time (the lm_head waits for a step that asks for logits).
       const std::int64_t first = t.of(Direction::kToDevice, Transfer::kWeights);
-      if (t.step_bytes(Direction::kToDevice) != 8 * B + rows_bytes + 12 * B * L * H + table_bytes + first ||
+      if (t.step_bytes(Direction::kToDevice) != 8 * B + rows_bytes + 12 * B * L * H + table_bytes + first + kv ||
           t.step_bytes(Direction::kToHost) != 4 * R * V + decisions) {
         RC_FAIL("a decode step moved bytes of another kind: " + what);
       }
