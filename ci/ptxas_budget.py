@@ -74,6 +74,11 @@ KERNELS = {
     "SwiGluKernel": (256, [], None),
     "PrefillRowsKernel": (128, [], None),
     "PrefillColumnSumsKernel": (128, [], None),
+    "EmbedRowsKernel": (256, [], None),
+    "AddKernel": (256, [], None),
+    "GatherRowsKernel": (256, [], None),
+    "SlotMaxKernel": (256, [], None),
+    "ScatterPagesKernel": (256, [], None),
 }
 
 # Spills a hot kernel may have, in bytes (stores, loads), and why; more fails --check, and so does

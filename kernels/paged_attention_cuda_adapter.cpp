@@ -32,7 +32,9 @@ CudaFormatDesc format_desc(const KvFormat& f, const CodeTiling& t) {
   return d;
 }
 
-CudaTierDesc tier_desc(const TierRead& t) {
+}  // namespace
+
+CudaTierDesc cuda_tier_desc(const TierRead& t) {
   CudaTierDesc d;
   d.key = format_desc(t.tier.key, t.key_tiling);
   d.value = format_desc(t.tier.value, t.value_tiling);
@@ -43,6 +45,8 @@ CudaTierDesc tier_desc(const TierRead& t) {
   d.value_meta = t.layout.value_meta.offset;
   return d;
 }
+
+namespace {
 
 template <typename T>
 const T* data_or_null(const std::vector<T>& v) { return v.empty() ? nullptr : v.data(); }
@@ -67,7 +71,7 @@ CudaDecodeBatchHost::CudaDecodeBatchHost(std::span<const DecodeHeadInput> in, st
     h.group = head.group;
     h.scale = head.scale;
     h.tiers = static_cast<std::int64_t>(tiers_.size());
-    for (const TierRead& t : head.tiers) tiers_.push_back(tier_desc(t));
+    for (const TierRead& t : head.tiers) tiers_.push_back(cuda_tier_desc(t));
     h.first_page = static_cast<std::int64_t>(page_descs_.size());
     h.pages = static_cast<std::int64_t>(head.pages.size());
     for (const PageRead& p : head.pages) {

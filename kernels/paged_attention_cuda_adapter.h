@@ -14,6 +14,9 @@
 
 namespace kvcheck {
 
+// A tier's descriptor for the CUDA kernel (formats, tilings, segment offsets).
+CudaTierDesc cuda_tier_desc(const TierRead& tier);
+
 class CudaDecodeBatchHost {
  public:
   // Validates every head with the CPU twin's checks (InputError naming head and field).

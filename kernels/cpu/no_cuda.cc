@@ -7,6 +7,7 @@
 #include "kernels/paged_attention_cuda.h"
 #include "kernels/prefill_attention_cuda.h"
 #include "kernels/quantize_cuda.h"
+#include "kernels/resident_cuda.h"
 
 namespace kvcheck {
 
@@ -68,5 +69,29 @@ void rope_cuda(float*, std::int64_t, std::int64_t, std::int64_t, const std::int3
   no_cuda("rope_cuda");
 }
 void swiglu_cuda(float*, const float*, std::int64_t) { no_cuda("swiglu_cuda"); }
+void* cuda_alloc(std::int64_t) { no_cuda("cuda_alloc"); }
+void cuda_free(void*) {}
+void cuda_copy_to_device(void*, const void*, std::int64_t) { no_cuda("cuda_copy_to_device"); }
+void cuda_copy_to_host(void*, const void*, std::int64_t) { no_cuda("cuda_copy_to_host"); }
+void cuda_copy_on_device(void*, const void*, std::int64_t) { no_cuda("cuda_copy_on_device"); }
+void linear_rows_cuda_device(const CudaMatrix&, const float*, std::int64_t, float*) { no_cuda("linear_rows_cuda"); }
+void rmsnorm_cuda_device(const float*, std::int64_t, std::int64_t, const float*, double, float*) {
+  no_cuda("rmsnorm_cuda");
+}
+void rope_cuda_device(float*, std::int64_t, std::int64_t, std::int64_t, const std::int32_t*, const float*,
+                      const float*) {
+  no_cuda("rope_cuda");
+}
+void swiglu_cuda_device(float*, const float*, std::int64_t) { no_cuda("swiglu_cuda"); }
+void embed_rows_cuda_device(const CudaMatrix&, const std::int32_t*, std::int64_t, float*) { no_cuda("embed_rows_cuda"); }
+void add_cuda_device(float*, const float*, std::int64_t) { no_cuda("add_cuda"); }
+void gather_rows_cuda_device(const float*, std::int64_t, const std::int32_t*, std::int64_t, float*) {
+  no_cuda("gather_rows_cuda");
+}
+void slot_max_cuda_device(const CudaHeadDesc*, std::int64_t, const float*, float*) { no_cuda("slot_max_cuda"); }
+void scatter_pages_cuda_device(const std::uint8_t*, const std::int32_t*, std::int64_t, std::int64_t, std::int64_t,
+                               std::uint8_t*, std::uint64_t*) {
+  no_cuda("scatter_pages_cuda");
+}
 
 }  // namespace kvcheck

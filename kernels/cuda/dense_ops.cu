@@ -12,6 +12,7 @@
 #include "kernels/cuda/device_buffer.cuh"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/dense_ops_cuda.h"
+#include "kernels/resident_cuda.h"
 
 namespace kvcheck {
 namespace {
@@ -151,12 +152,17 @@ void free_matrix_cuda(CudaMatrix& m) {
   m = CudaMatrix{};
 }
 
+void linear_rows_cuda_device(const CudaMatrix& m, const float* x, std::int64_t rows, float* y) {
+  if (rows == 0) return;
+  LinearRowsKernel<<<blocks_for(rows * m.rows, kWarps), kThreads>>>(m, x, rows, y);
+  check(cudaGetLastError(), "LinearRowsKernel launch");
+}
+
 void linear_rows_cuda(const CudaMatrix& m, const float* x, std::int64_t rows, float* y) {
   if (rows == 0) return;
   DeviceBuffer<float> dx(rows * m.cols), dy(rows * m.rows);
   dx.upload(x);
-  LinearRowsKernel<<<blocks_for(rows * m.rows, kWarps), kThreads>>>(m, dx.get(), rows, dy.get());
-  check(cudaGetLastError(), "LinearRowsKernel launch");
+  linear_rows_cuda_device(m, dx.get(), rows, dy.get());
   dy.download(y);  // synchronous: waits for the kernel
 }
 
@@ -178,14 +184,35 @@ void linear_gemm_cuda(const CudaMatrix& m, const float* x, std::int64_t rows, fl
   dy.download(y);
 }
 
+void rmsnorm_cuda_device(const float* x, std::int64_t rows, std::int64_t width, const float* weight, double eps,
+                         float* out) {
+  if (rows == 0) return;
+  RmsNormKernel<<<static_cast<unsigned>(rows), kThreads>>>(x, width, weight, eps, out);
+  check(cudaGetLastError(), "RmsNormKernel launch");
+}
+
+void rope_cuda_device(float* x, std::int64_t rows, std::int64_t heads, std::int64_t head_dim,
+                      const std::int32_t* positions, const float* cos_table, const float* sin_table) {
+  if (rows == 0) return;
+  const std::int64_t half = head_dim / 2;
+  RopeKernel<<<blocks_for(rows * heads * half, kThreads), kThreads>>>(x, rows, heads, head_dim, positions, cos_table,
+                                                                      sin_table);
+  check(cudaGetLastError(), "RopeKernel launch");
+}
+
+void swiglu_cuda_device(float* gate, const float* up, std::int64_t n) {
+  if (n == 0) return;
+  SwiGluKernel<<<blocks_for(n, kThreads), kThreads>>>(gate, up, n);
+  check(cudaGetLastError(), "SwiGluKernel launch");
+}
+
 void rmsnorm_cuda(const float* x, std::int64_t rows, std::int64_t width, const float* weight, double eps, float* out) {
   if (rows == 0) return;
   require_device();
   DeviceBuffer<float> dx(rows * width), dw(width), dy(rows * width);
   dx.upload(x);
   dw.upload(weight);
-  RmsNormKernel<<<static_cast<unsigned>(rows), kThreads>>>(dx.get(), width, dw.get(), eps, dy.get());
-  check(cudaGetLastError(), "RmsNormKernel launch");
+  rmsnorm_cuda_device(dx.get(), rows, width, dw.get(), eps, dy.get());
   dy.download(out);
 }
 
@@ -200,9 +227,7 @@ void rope_cuda(float* x, std::int64_t rows, std::int64_t heads, std::int64_t hea
   dc.upload(cos_table);
   ds.upload(sin_table);
   dp.upload(positions);
-  RopeKernel<<<blocks_for(rows * heads * half, kThreads), kThreads>>>(dx.get(), rows, heads, head_dim, dp.get(),
-                                                                      dc.get(), ds.get());
-  check(cudaGetLastError(), "RopeKernel launch");
+  rope_cuda_device(dx.get(), rows, heads, head_dim, dp.get(), dc.get(), ds.get());
   dx.download(x);
 }
 
@@ -212,8 +237,7 @@ void swiglu_cuda(float* gate, const float* up, std::int64_t n) {
   DeviceBuffer<float> dg(n), du(n);
   dg.upload(gate);
   du.upload(up);
-  SwiGluKernel<<<blocks_for(n, kThreads), kThreads>>>(dg.get(), du.get(), n);
-  check(cudaGetLastError(), "SwiGluKernel launch");
+  swiglu_cuda_device(dg.get(), du.get(), n);
   dg.download(gate);
 }
 
