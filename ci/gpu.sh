@@ -11,8 +11,10 @@
 #                                    GPU suite with short properties beside compute-sanitizer
 #                                    memcheck, decode attention per format at 4K and 32K x batch 1,
 #                                    16, 64 against the same run's device-to-device copy, the
-#                                    compaction benchmark, kvcheck bench --workload chat --device
-#                                    cuda; then OUT/quick.json (format kvcheck-gpu-quick, docs/gpu.md)
+#                                    compaction benchmark, kvcheck bench --workload chat on the
+#                                    host-copy (--device cuda) and the resident (--device
+#                                    cuda-resident) engines; then OUT/quick.json (format
+#                                    kvcheck-gpu-quick, docs/gpu.md)
 # KVCHECK_GPU_TIMEOUT (seconds, default 1800; --quick: 150) bounds each suite; one that runs out
 # reads rc=124.
 #
@@ -89,6 +91,8 @@ if [[ $quick == 1 ]]; then
     --benchmark_out_format=json
   suite bench-serving "${loader[@]}" "$bin/kvcheck" bench --workload chat --requests 32 --device cuda \
     --json "$out/bench-serving.json"
+  suite bench-serving-resident "${loader[@]}" "$bin/kvcheck" bench --workload chat --requests 32 \
+    --device cuda-resident --json "$out/bench-serving-resident.json"
   # The PyTorch peer and the read stream, in their own process (bench/peer_sdpa.py).
   if python3 -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
     suite peer-sdpa python3 bench/peer_sdpa.py --out "$out/peer-sdpa.json"
@@ -99,7 +103,7 @@ if [[ $quick == 1 ]]; then
   echo
   echo "== ci/gpu.sh --quick summary (logs in $out) =="
   status=0
-  for name in gpu-tests sanitize-memcheck bench-attention bench-pages bench-serving peer-sdpa; do
+  for name in gpu-tests sanitize-memcheck bench-attention bench-pages bench-serving bench-serving-resident peer-sdpa; do
     r=$(cat "$out/$name.result" 2>/dev/null || echo "not run")
     printf '%-20s %s\n' "$name" "$r"
     [[ $r == rc=0* || $r == skipped* ]] || status=1

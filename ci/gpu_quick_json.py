@@ -11,7 +11,10 @@ import pathlib
 import re
 import sys
 
-PARTS = ["gpu-tests", "sanitize-memcheck", "bench-attention", "bench-pages", "bench-serving", "peer-sdpa"]
+PARTS = ["gpu-tests", "sanitize-memcheck", "bench-attention", "bench-pages", "bench-serving", "bench-serving-resident",
+         "peer-sdpa"]
+# The serving runs, one kvcheck bench document per engine: the host-copy one, then the resident one.
+SERVING = ["bench-serving.json", "bench-serving-resident.json"]
 ATTENTION = re.compile(r"^BM_DecodeAttentionCuda/(?P<tiers>[^/]+)/ctx:(?P<ctx>\d+)/batch:(?P<batch>\d+)(?P<one>/one-block)?"
                        r"(?:/iterations:\d+)?(?:/manual_time)?$")
 
@@ -35,11 +38,11 @@ def benchmarks(path):
 
 
 def assemble(out):
-    doc = {"format": "kvcheck-gpu-quick", "version": 1,
+    doc = {"format": "kvcheck-gpu-quick", "version": 2,
            "device": (out / "device.txt").read_text().strip() if (out / "device.txt").exists() else "unknown",
            "commit": (out / "commit.txt").read_text().strip() if (out / "commit.txt").exists() else "unknown",
            "parts": [part(out, n) for n in PARTS],
-           "decode_attention": [], "compaction": [], "serving": None, "peer": None}
+           "decode_attention": [], "compaction": [], "serving": [], "peer": None}
     try:
         doc["peer"] = json.loads((out / "peer-sdpa.json").read_text())
     except (OSError, ValueError):
@@ -59,12 +62,11 @@ def assemble(out):
     for b in benchmarks(out / "bench-pages.json"):
         if "Gpu" in b.get("name", "") and not b.get("error_occurred"):
             doc["compaction"].append({"name": b["name"], "us": b.get("real_time"), "unit": b.get("time_unit")})
-    serving = out / "bench-serving.json"
-    if serving.exists():
+    for name in SERVING:
         try:
-            doc["serving"] = json.loads(serving.read_text())
-        except ValueError:
-            doc["serving"] = None
+            doc["serving"].append(json.loads((out / name).read_text()))
+        except (OSError, ValueError):
+            pass
     return doc
 
 
@@ -73,6 +75,7 @@ def self_test():
     with tempfile.TemporaryDirectory() as d:
         out = pathlib.Path(d)
         (out / "gpu-tests.result").write_text("rc=0 61s PASSED 120 tests.;\n")
+        (out / "bench-serving-resident.json").write_text(json.dumps({"device": "cuda-resident", "rows": []}))
         (out / "bench-attention.json").write_text(json.dumps({"benchmarks": [
             {"name": "BM_DecodeAttentionCuda/fp16/ctx:4096/batch:16/manual_time", "real_time": 50.0,
              "copy_GBps": 3000.0, "vs_copy_bw": 0.25, "stored_MiB": 128.0},
@@ -87,7 +90,8 @@ def self_test():
         ok = (doc["parts"][0] == {"name": "gpu-tests", "ran": True, "rc": 0, "seconds": 61, "result": "PASSED 120 tests.;"}
               and not doc["parts"][1]["ran"] and len(doc["decode_attention"]) == 2
               and doc["decode_attention"][0]["GBps"] == 750.0 and doc["decode_attention"][1]["kernel"] == "one-block"
-              and doc["decode_attention"][1]["context"] == 32768 and peer_absent and peer_read)
+              and doc["decode_attention"][1]["context"] == 32768 and peer_absent and peer_read
+              and doc["serving"] == [{"device": "cuda-resident", "rows": []}])
         print("self-test:", "passed" if ok else f"FAILED: {json.dumps(doc, indent=1)}")
         return 0 if ok else 1
 
@@ -99,7 +103,7 @@ def main():
     doc = assemble(out)
     (out / "quick.json").write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {out / 'quick.json'}: {len(doc['decode_attention'])} decode rows, "
-          f"{len(doc['compaction'])} compaction rows, serving {'yes' if doc['serving'] else 'no'}")
+          f"{len(doc['compaction'])} compaction rows, {len(doc['serving'])} serving runs")
     return 0
 
 

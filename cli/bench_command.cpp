@@ -135,7 +135,7 @@ void add_bench(CLI::App& app, BenchArgs& args) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--preemption", args.preemption, "--workload: recompute, swap or auto")->capture_default_str();
-  cmd->add_option("--device", args.device, "--workload: cpu or cuda")->capture_default_str();
+  cmd->add_option("--device", args.device, "--workload: cpu, cuda or cuda-resident")->capture_default_str();
   cmd->add_flag("--dummy-weights", args.dummy_weights,
                 "--workload, --engine, --reference-prefill: seeded random weights of --shape instead of a checkpoint "
                 "(vLLM's dummy format)");

@@ -75,7 +75,7 @@ void add_compare(CLI::App& app, CompareArgs& args) {
   cmd->add_option("--baseline", args.baseline, "Compare with this baseline; exit 1 on a regression");
   cmd->add_flag("--update-baseline", args.update_baseline, "Write --baseline from this run instead of comparing");
   cmd->add_option("--cache", args.cache, "Reference cache directory (default OUT/reference-cache)");
-  cmd->add_option("--device", args.device, "cpu or cuda (for --policies and --write-engine-output)")->capture_default_str();
+  cmd->add_option("--device", args.device, "cpu, cuda or cuda-resident (for --policies and --write-engine-output)")->capture_default_str();
   cmd->add_option("--threads", args.threads, "CPU threads (0: every core)");
   cmd->add_flag("--quiet", args.quiet, "No progress on stderr");
   cmd->add_option("--write-engine-output", args.write_engine_output,

@@ -58,7 +58,7 @@ void add_generate(CLI::App& app, GenerateArgs& args) {
   cmd->add_option("--engine", args.engine, "reference: the exact double-precision oracle; optimized: the paged engine")
       ->capture_default_str()
       ->check(CLI::IsMember({"reference", "optimized"}));
-  cmd->add_option("--device", args.device, "Optimized engine backend: cpu or cuda")->capture_default_str();
+  cmd->add_option("--device", args.device, "Optimized engine backend: cpu, cuda or cuda-resident")->capture_default_str();
   cmd->add_option("--policy", args.policy, "Optimized engine KV policy (see kvcheck verify --help)")->capture_default_str();
   cmd->add_option("--kv-pages", args.kv_pages, "Optimized engine: pages in the KV pool (0: automatic)")
       ->capture_default_str()

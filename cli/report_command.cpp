@@ -30,7 +30,7 @@ namespace kvcheck::cli {
 void add_report(CLI::App& app, ReportArgs& args) {
   CLI::App* cmd = app.add_subcommand("report", "Accuracy regression report of every policy x budget against the reference");
   cmd->add_option("--model", args.model, "Model directory or GGUF file (default: the embedded model)");
-  cmd->add_option("--device", args.device, "cpu or cuda")->capture_default_str();
+  cmd->add_option("--device", args.device, "cpu, cuda or cuda-resident")->capture_default_str();
   cmd->add_option("--policies", args.policies,
                   "Policy names or specs, comma-separated; a spec keeps its own commas, as in kv-bits:k=4,v=8 "
                   "(default: every registered policy)");

@@ -46,7 +46,7 @@ void add_verify(CLI::App& app, VerifyArgs& args) {
   CLI::App* cmd = app.add_subcommand(
       "verify", "Run the reference and the optimized engine side by side: NMSE, KL, top-1, greedy match");
   cmd->add_option("--model", args.model, "Model directory or GGUF file; default: the embedded model <datasets>/models/kvcheck-tiny");
-  cmd->add_option("--device", args.device, "Engine backend: cpu or cuda")->capture_default_str();
+  cmd->add_option("--device", args.device, "Engine backend: cpu, cuda or cuda-resident")->capture_default_str();
   cmd->add_option("--policy", args.policy,
                   fmt::format("KV policy of the engine, NAME or NAME:KEY=VALUE,... (e.g. h2o:budget=64,recent=0.25):\n  {}",
                               fmt::join(policy_help(), "\n  ")))

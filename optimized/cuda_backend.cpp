@@ -31,8 +31,9 @@ CudaBackend::~CudaBackend() {
   for (auto& [key, m] : weights_) free_matrix_cuda(m);
 }
 
-const CudaMatrix& CudaBackend::device_weight(const DenseWeight& w) {
+const CudaMatrix& CudaBackend::device_weight(const DenseWeight& w, bool* uploaded) {
   auto it = weights_.find(&w);
+  if (uploaded) *uploaded = it == weights_.end();
   if (it == weights_.end()) {
     // The checkpoint's bytes as stored; upload_matrix_cuda widens them to float on the device. The
     // block formats (no device kernel reads them yet) are widened here, to the same floats.

@@ -43,8 +43,11 @@ class CudaBackend final : public Backend {
   void prefill_attention(const PrefillAttentionInput& in, const PrefillAttentionOutput& out) override;
   void decode_attention(std::span<const DecodeHeadInput> in, std::span<const DecodeHeadOutput> out) override;
 
+  // w on the device as float32, uploaded on its first use (*uploaded says whether this call did);
+  // the resident backend (optimized/cuda_resident_backend.h) shares these copies.
+  const CudaMatrix& device_weight(const DenseWeight& w, bool* uploaded = nullptr);
+
  private:
-  const CudaMatrix& device_weight(const DenseWeight& w);
   std::unordered_map<const DenseWeight*, CudaMatrix> weights_;
 };
 

@@ -9,6 +9,7 @@
 
 #include "optimized/cpu_backend.h"
 #include "optimized/cuda_backend.h"
+#include "optimized/cuda_resident_backend.h"
 #include "optimized/host_twin_backend.h"
 #include "optimized/greedy_decoding.h"
 #include "reference/errors.h"
@@ -22,14 +23,15 @@ std::unique_ptr<Engine> make_engine(const ReferenceModel& model, const EngineOpt
 std::unique_ptr<Engine> make_engine(const ReferenceModel& model, const EngineOptions& options,
                                     std::unique_ptr<KvPolicy> policy) {
   if (!policy) throw std::invalid_argument("make_engine: null policy");
-  if (options.device != "cpu" && options.device != "cuda" && options.device != "host-twin" &&
-      options.device != "host-twin-mirrored") {
-    throw InputError(fmt::format("--device '{}': expected cpu or cuda", options.device));
+  if (options.device != "cpu" && options.device != "cuda" && options.device != "cuda-resident" &&
+      options.device != "host-twin" && options.device != "host-twin-mirrored") {
+    throw InputError(fmt::format("--device '{}': expected cpu, cuda or cuda-resident", options.device));
   }
   auto e = std::make_unique<Engine>();
   // The backend first: a missing device is named before the weights are converted.
   // host-twin(-mirrored): the device-resident path over host memory (docs/design.md §15), for tests.
   if (options.device == "cuda") e->backend = std::make_unique<CudaBackend>();
+  else if (options.device == "cuda-resident") e->backend = std::make_unique<CudaResidentBackend>();
   else if (options.device == "host-twin") e->backend = std::make_unique<HostTwinBackend>(options.threads);
   else if (options.device == "host-twin-mirrored") {
     e->backend = std::make_unique<HostTwinBackend>(options.threads, HostTwinBackend::Pool::kMirrored);

@@ -17,6 +17,7 @@ const char* transfer_name(Transfer kind) {
     case Transfer::kLogits: return "logits";
     case Transfer::kDecisions: return "decisions";
     case Transfer::kKv: return "kv";
+    case Transfer::kPlan: return "plan";
     case Transfer::kTrace: return "trace";
   }
   return "?";

@@ -22,9 +22,10 @@ enum class Transfer : int {
   kLogits,        // logits back to the host
   kDecisions,     // what a selecting policy reads on the host to decide (positions and scores of live tokens)
   kKv,            // key or value bytes: codes, or rows of keys and values
+  kPlan,          // decode attention's descriptors (pages, heads, splits), made on the host per call
   kTrace,         // what a verification hook (RunnerTrace) reads: not part of a step's traffic
 };
-inline constexpr int kTransferKinds = 10;
+inline constexpr int kTransferKinds = 11;
 const char* transfer_name(Transfer kind);
 
 enum class Direction : int { kToDevice, kToHost };

@@ -3,18 +3,27 @@
 // models and on the embedded model, with tokens identical to the CPU backend's; compressed
 // policies give the CPU backend's logits within float noise (both backends read the same pages,
 // written by the same quantizers). Qwen3's per-head q/k norms (the dense RMSNorm over rows of
-// head_dim) are held the same way. Skips visibly without CUDA or without a device.
+// head_dim) are held the same way. The resident engine (optimized/cuda_resident_backend.h) runs
+// the host-copy engine's kernels on the same numbers in the same order, so it gives its tokens and
+// logits bit for bit, on policies of every kind (dense, quantized, evicting, accumulating scores,
+// page-selecting, rotating, mixed tiers), and its decode steps move what design.md §15's step 2
+// says. Skips visibly without CUDA or without a device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "oracles/metrics.h"
 #include "kernels/device.h"
 #include "optimized/cpu_backend.h"
 #include "optimized/cuda_backend.h"
+#include "optimized/cuda_resident_backend.h"
 #include "optimized/engine.h"
 #include "properties/support/gpu_skip.h"
 #include "properties/support/model_fixtures.h"
@@ -138,15 +147,85 @@ TEST(EngineGpu, Qwen3FullFp32ReproducesTheReferenceAndTheCpuBackend) {
   }
 }
 
+TEST(EngineGpu, ResidentEngineGivesTheHostCopyEnginesTokensAndLogits) {
+  KVCHECK_REQUIRE_GPU();
+  const ReferenceModel model = ReferenceModel::load(testing::source_path("datasets/models/kvcheck-tiny"));
+  const ModelConfig& c = model.config();
+  for (const std::string policy : {"full-fp32", "full-fp16", "int8", "kv-bits:k=4,v=2", "leankv", "kivi2", "h2o",
+                                   "snapkv", "streaming", "quest:pages=2", "int4:rotate=hadamard"}) {
+    auto host_copy = engine_on(model, "cuda", policy);
+    auto resident = engine_on(model, "cuda-resident", policy);
+    for (std::uint64_t seed = 0; seed < 2; ++seed) {
+      const std::vector<std::int32_t> prompt = test_tokens(40 + 90 * static_cast<std::int64_t>(seed), c.vocab_size, seed);
+      const EngineGenerateResult a = generate(*host_copy, prompt, 40);
+      const EngineGenerateResult b = generate(*resident, prompt, 40);
+      EXPECT_EQ(b.generated, a.generated) << policy << ", prompt seed " << seed;
+      ASSERT_EQ(b.logits.size(), a.logits.size()) << policy;
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < a.logits.size(); ++i) differ += std::memcmp(&a.logits[i], &b.logits[i], sizeof(float)) != 0;
+      EXPECT_EQ(differ, 0U) << policy << ", prompt seed " << seed << ": " << differ << " of " << a.logits.size()
+                            << " logits differ from the host-copy engine's (nmse " << logits_nmse(b, a) << ")";
+    }
+  }
+}
+
+TEST(EngineGpu, ResidentDecodeStepMovesWhatStepTwoSays) {
+  KVCHECK_REQUIRE_GPU();
+  const ReferenceModel model = ReferenceModel::load(testing::source_path("datasets/models/kvcheck-tiny"));
+  const ModelConfig& c = model.config();
+  const std::int64_t L = c.num_hidden_layers, H = c.num_key_value_heads, V = c.vocab_size;
+  auto e = engine_on(model, "cuda-resident", "int8");
+  auto& r = dynamic_cast<CudaResidentBackend&>(*e->backend);
+  const PagePool& pool = e->cache->manager().pool();
+  const std::int64_t page_copy = pool.page_bytes() + static_cast<std::int64_t>(pool.live_mask(0).size_bytes()) + 4;
+  std::vector<std::int64_t> ids;
+  std::vector<std::int32_t> tokens, positions;
+  for (std::int64_t id = 0; id < 3; ++id) {
+    const std::vector<std::int32_t> prompt = test_tokens(20 + 30 * id, V, static_cast<std::uint64_t>(id));
+    const std::vector<float> logits = e->runner->prefill(id, prompt);
+    ids.push_back(id);
+    tokens.push_back(static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+    positions.push_back(static_cast<std::int32_t>(prompt.size()));
+  }
+  const auto B = static_cast<std::int64_t>(ids.size());
+  for (int step = 0; step < 6; ++step) {
+    const std::int64_t host_calls = r.host_path_calls(), copied = r.pages_copied();
+    e->runner->decode(ids, tokens, positions);
+    const TransferCounts& t = r.ledger().step();
+    SCOPED_TRACE(fmt::format("step {}: {}", step, t.summary()));
+    EXPECT_EQ(r.host_path_calls(), host_calls) << "a decode step used the host path";
+    if (step > 0) {
+      EXPECT_EQ(t.of(Direction::kToDevice, Transfer::kWeights), 0);
+    }
+    // Keys and values down for the host's quantize-on-write, the pages they land in (and, at the
+    // first step, the prompt's) up.
+    EXPECT_EQ(t.of(Direction::kToHost, Transfer::kKv), 2 * L * B * c.kv_dim() * 4);
+    const std::int64_t pages = r.pages_copied() - copied;
+    EXPECT_EQ(t.of(Direction::kToDevice, Transfer::kKv), pages * page_copy);
+    EXPECT_GE(pages, B * L * H);
+    if (step > 0) {
+      EXPECT_EQ(pages, B * L * H) << "only the pages the step wrote";
+    }
+    EXPECT_EQ(t.of(Direction::kToHost, Transfer::kLogits), 4 * B * V);
+    EXPECT_GT(t.of(Direction::kToDevice, Transfer::kPlan), 0);
+    for (std::int64_t b = 0; b < B; ++b) {
+      tokens[static_cast<std::size_t>(b)] = static_cast<std::int32_t>((tokens[static_cast<std::size_t>(b)] * 7 + 3) % V);
+      ++positions[static_cast<std::size_t>(b)];
+    }
+  }
+}
+
 TEST(EngineGpu, NoDeviceOrNoCudaIsNamed) {
   if (cuda_compiled() && cuda_device_count() > 0) GTEST_SKIP() << "a device exists: nothing to refuse";
   const ModelConfig c = tiny_config();
   const ReferenceModel model = tiny_model(c, 7);
-  try {
-    engine_on(model, "cuda", "full-fp32");
-    FAIL() << "--device cuda without a device was accepted";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("--device cuda"), std::string::npos) << e.what();
+  for (const std::string device : {"cuda", "cuda-resident"}) {
+    try {
+      engine_on(model, device, "full-fp32");
+      FAIL() << "--device " << device << " without a device was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("--device " + device + ":"), std::string::npos) << e.what();
+    }
   }
 }
 
