@@ -12,6 +12,7 @@
 #include "kernels/resident_cuda.h"
 #include "optimized/model_runner.h"
 #include "optimized/paged_kv_cache.h"
+#include "optimized/resident_attention_descs.h"
 #include "reference/errors.h"
 
 namespace kvcheck {
@@ -350,76 +351,25 @@ void CudaResidentBackend::decode_attention(const PagedKvCache& cache, const KvPo
   }
   const PagePool& pool = cache.manager().pool();
   const std::int64_t heads_total = a.rows * a.kv_heads;
-  const std::int64_t group_floats = a.group * a.head_dim;
-  const auto words = static_cast<std::int64_t>(pool.live_mask(0).size());
   // Each head's pages in walk order, a page-selecting policy's choice made on the host.
-  std::vector<std::vector<std::int32_t>> rows(static_cast<std::size_t>(heads_total));
-  std::vector<std::vector<std::size_t>> chosen(policy.selects_pages() ? rows.size() : 0);
   std::vector<float> q_host;
   if (policy.selects_pages()) q_host = to_host(a.q, Transfer::kDecisions);
+  std::vector<std::int64_t> requests(static_cast<std::size_t>(a.rows));
+  for (std::int64_t r = 0; r < a.rows; ++r) requests[static_cast<std::size_t>(r)] = row_request(a.row_requests, r);
+  std::vector<std::vector<std::int32_t>> rows;
+  std::vector<std::vector<std::size_t>> chosen;
+  resident_head_rows(table_, cache, policy, a, requests, q_host, rows, chosen);
   std::vector<PageId> ids;
-  for (std::int64_t r = 0; r < a.rows; ++r) {
-    const std::int64_t request = row_request(a.row_requests, r);
-    for (std::int32_t h = 0; h < a.kv_heads; ++h) {
-      const auto k = static_cast<std::size_t>(r * a.kv_heads + h);
-      const auto it = table_.find(TableKey{request, a.layer, h});
-      if (it == table_.end()) {
-        throw std::logic_error(fmt::format("cuda resident: no page-table row for request {} layer {} head {}", request,
-                                           a.layer, h));
-      }
-      rows[k] = it->second;
-      if (policy.selects_pages()) {
-        std::vector<PageRead> reads;
-        for (std::size_t p = 0; p + 1 < rows[k].size(); p += 2) {
-          const PageId id = rows[k][p];
-          reads.push_back(PageRead{pool.bytes(id).data(), pool.live_mask(id), rows[k][p + 1]});
-        }
-        select_read_pages(policy, cache.tiers(), a.head_dim, a.group,
-                          std::span<const float>(q_host).subspan(k * static_cast<std::size_t>(group_floats),
-                                                                 static_cast<std::size_t>(group_floats)),
-                          reads, chosen[k]);
-        std::vector<std::int32_t> kept;
-        for (std::size_t c : chosen[k]) kept.insert(kept.end(), {rows[k][2 * c], rows[k][2 * c + 1]});
-        rows[k] = std::move(kept);
-      }
-      for (std::size_t p = 0; p + 1 < rows[k].size(); p += 2) ids.push_back(rows[k][p]);
-    }
+  for (const auto& row : rows) {
+    for (std::size_t p = 0; p + 1 < row.size(); p += 2) ids.push_back(row[p]);
   }
   refresh_pool_copy(pool, ids);
 
-  // The descriptors: one tier list for every head, a page's bytes and live words at its id.
-  std::vector<CudaTierDesc> tiers;
-  for (const TierRead& t : cache.tiers()) tiers.push_back(cuda_tier_desc(t));
-  std::vector<CudaPageDesc> pages;
-  std::vector<CudaHeadDesc> heads(static_cast<std::size_t>(heads_total));
-  std::int64_t scratch = 0, probs = 0;
-  for (std::size_t k = 0; k < heads.size(); ++k) {
-    CudaHeadDesc& h = heads[k];
-    h.head_dim = a.head_dim;
-    h.group = a.group;
-    h.scale = a.scale;
-    h.tiers = 0;
-    h.first_page = static_cast<std::int64_t>(pages.size());
-    h.slots = 0;
-    for (std::size_t p = 0; p + 1 < rows[k].size(); p += 2) {
-      CudaPageDesc d;
-      d.bytes = rows[k][p] * pool.page_bytes();
-      d.live = rows[k][p] * words;
-      d.tier = rows[k][p + 1];
-      h.slots += pool.tokens_per_page(d.tier);
-      pages.push_back(d);
-    }
-    h.pages = static_cast<std::int64_t>(pages.size()) - h.first_page;
-    h.q = static_cast<std::int64_t>(k) * group_floats;
-    h.out = h.q;
-    h.probs = -1;
-    if (a.slot_max) {
-      h.probs = probs;
-      probs += a.group * h.slots;
-    }
-    h.scratch = scratch;
-    scratch += a.group * h.slots;
-  }
+  const ResidentAttentionDescs d = resident_attention_descs(cache.tiers(), pool, rows, a);
+  const std::vector<CudaTierDesc>& tiers = d.tiers;
+  const std::vector<CudaPageDesc>& pages = d.pages;
+  const std::vector<CudaHeadDesc>& heads = d.heads;
+  const std::int64_t probs = d.probs, scratch = d.scratch;
   CudaDecodeBatch batch;
   batch.tiers = tiers.data();
   batch.tier_count = static_cast<std::int64_t>(tiers.size());

@@ -31,6 +31,7 @@
 #include "optimized/backend.h"
 #include "optimized/cuda_backend.h"
 #include "optimized/pool_mirror.h"
+#include "optimized/resident_attention_descs.h"
 #include "optimized/resident_backend.h"
 
 namespace kvcheck {
@@ -119,7 +120,7 @@ class CudaResidentBackend final : public Backend, public ResidentBackend {
   std::unordered_map<const void*, CudaMatrix> tables_;
   // The page table as the deltas left it: (request, layer, head) -> (page id, tier) pairs.
   using TableKey = std::tuple<std::int64_t, std::int32_t, std::int32_t>;
-  std::map<TableKey, std::vector<std::int32_t>> table_;
+  ResidentTable table_;
   // The pool's device copy ([pages][page_bytes], [pages][words]) and its staging.
   PoolMirror mirror_;
   Buffer pool_bytes_, pool_masks_, staged_, staged_ids_, plan_, probs_, scratch_, maxima_, gathered_;

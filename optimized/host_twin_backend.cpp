@@ -8,6 +8,7 @@
 
 #include "optimized/model_runner.h"
 #include "optimized/paged_kv_cache.h"
+#include "optimized/resident_attention_descs.h"
 
 namespace kvcheck {
 namespace {
@@ -231,21 +232,12 @@ void HostTwinBackend::write_kv(PagedKvCache& cache, std::int32_t layer, std::int
   }
 }
 
-void HostTwinBackend::refresh_pool_copy(const PagePool& pool, const ResidentAttention& a) {
+void HostTwinBackend::refresh_pool_copy(const PagePool& pool, std::span<const PageId> ids) {
   const auto page_bytes = static_cast<std::size_t>(pool.page_bytes());
-  const std::size_t words = pool.pages() > 0 ? pool.live_mask(0).size() : 0;
+  const std::size_t words = pool.live_mask(0).size();
   if (pool_bytes_.size() != static_cast<std::size_t>(pool.pages()) * page_bytes) {
     pool_bytes_.assign(static_cast<std::size_t>(pool.pages()) * page_bytes, std::byte{0});
     pool_masks_.assign(static_cast<std::size_t>(pool.pages()) * words, 0);
-  }
-  std::vector<PageId> ids;
-  for (std::int64_t r = 0; r < a.rows; ++r) {
-    const std::int64_t request = row_request(a.row_requests, r);
-    for (std::int32_t h = 0; h < a.kv_heads; ++h) {
-      const auto it = table_.find(TableKey{request, a.layer, h});
-      if (it == table_.end()) continue;  // decode_attention names it
-      for (std::size_t p = 0; p + 1 < it->second.size(); p += 2) ids.push_back(it->second[p]);
-    }
   }
   stale_.clear();
   mirror_.stale(pool, ids, stale_);
@@ -254,17 +246,19 @@ void HostTwinBackend::refresh_pool_copy(const PagePool& pool, const ResidentAtte
     std::copy(b.begin(), b.end(), pool_bytes_.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(id) * page_bytes));
     const std::span<const std::uint64_t> m = pool.live_mask(id);
     std::copy(m.begin(), m.end(), pool_masks_.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(id) * words));
-    ledger_.add(Direction::kToDevice, Transfer::kKv, static_cast<std::int64_t>(b.size_bytes() + m.size_bytes()));
+    // The page's bytes, its live words and its id (the device's staging).
+    ledger_.add(Direction::kToDevice, Transfer::kKv,
+                static_cast<std::int64_t>(b.size_bytes() + m.size_bytes() + sizeof(std::int32_t)));
   }
 }
 
 void HostTwinBackend::decode_attention(const PagedKvCache& cache, const KvPolicy& policy, const ResidentAttention& a,
                                        ResidentAttentionTrace* trace) {
+  if (pool_ == Pool::kMirrored) {
+    decode_attention_mirrored(cache, policy, a, trace);
+    return;
+  }
   const PagePool& pool = cache.manager().pool();
-  const bool mirrored = pool_ == Pool::kMirrored;
-  if (mirrored) refresh_pool_copy(pool, a);
-  const auto page_bytes = static_cast<std::size_t>(pool.page_bytes());
-  const std::size_t words = pool.pages() > 0 ? pool.live_mask(0).size() : 0;
   const std::int64_t heads_total = a.rows * a.kv_heads;
   const auto group_floats = static_cast<std::size_t>(a.group * a.head_dim);
   const std::vector<float>& q = f(a.q);
@@ -286,14 +280,7 @@ void HostTwinBackend::decode_attention(const PagedKvCache& cache, const KvPolicy
       }
       for (std::size_t p = 0; p + 1 < it->second.size(); p += 2) {
         const PageId id = it->second[p];
-        if (mirrored) {
-          const auto at = static_cast<std::size_t>(id);
-          pages[k].push_back(PageRead{pool_bytes_.data() + at * page_bytes,
-                                      std::span<const std::uint64_t>(pool_masks_).subspan(at * words, words),
-                                      it->second[p + 1]});
-        } else {
-          pages[k].push_back(PageRead{pool.bytes(id).data(), pool.live_mask(id), it->second[p + 1]});
-        }
+        pages[k].push_back(PageRead{pool.bytes(id).data(), pool.live_mask(id), it->second[p + 1]});
       }
       const std::size_t qa = k * group_floats;
       const std::span<const float> group_q = std::span<const float>(q).subspan(qa, group_floats);
@@ -320,6 +307,50 @@ void HostTwinBackend::decode_attention(const PagedKvCache& cache, const KvPolicy
     m.assign(probs[k].begin(), probs[k].begin() + static_cast<std::ptrdiff_t>(slots));
     for (std::int64_t g = 1; g < a.group; ++g) {
       for (std::size_t j = 0; j < slots; ++j) m[j] = std::max(m[j], probs[k][static_cast<std::size_t>(g) * slots + j]);
+    }
+  }
+  if (trace) {
+    trace->slot_max = slot_max_;
+    trace->pages_read = chosen;
+    std::int64_t bytes = 0;
+    for (const auto& m : slot_max_) bytes += static_cast<std::int64_t>(m.size() * sizeof(float));
+    for (const auto& c : chosen) bytes += static_cast<std::int64_t>(c.size() * sizeof(std::int32_t));
+    ledger_.add(Direction::kToHost, Transfer::kTrace, bytes);
+  }
+}
+
+void HostTwinBackend::decode_attention_mirrored(const PagedKvCache& cache, const KvPolicy& policy,
+                                                const ResidentAttention& a, ResidentAttentionTrace* trace) {
+  // The CUDA resident backend's steps, with the CPU kernel where it launches the device's.
+  const PagePool& pool = cache.manager().pool();
+  const std::vector<float>& q = f(a.q);
+  std::vector<std::int64_t> requests(static_cast<std::size_t>(a.rows));
+  for (std::int64_t r = 0; r < a.rows; ++r) requests[static_cast<std::size_t>(r)] = row_request(a.row_requests, r);
+  std::vector<std::vector<std::int32_t>> rows;
+  std::vector<std::vector<std::size_t>> chosen;
+  resident_head_rows(table_, cache, policy, a, requests, q, rows, chosen);
+  std::vector<PageId> ids;
+  for (const auto& row : rows) {
+    for (std::size_t p = 0; p + 1 < row.size(); p += 2) ids.push_back(row[p]);
+  }
+  refresh_pool_copy(pool, ids);
+  const ResidentAttentionDescs d = resident_attention_descs(cache.tiers(), pool, rows, a);
+  std::vector<float>& out = f(a.out);
+  out.resize(q.size());
+  std::vector<float> probs(static_cast<std::size_t>(d.probs));
+  std::vector<std::vector<PageRead>> pages;
+  std::vector<DecodeHeadInput> in;
+  std::vector<DecodeHeadOutput> outs;
+  decode_inputs_of(d, cache.tiers(), pool_bytes_.data(), pool_masks_.data(),
+                   static_cast<std::int64_t>(pool.live_mask(0).size()), q, out, probs, pages, in, outs);
+  cpu_.decode_attention(in, outs);
+  slot_max_.assign(a.slot_max ? d.heads.size() : 0, {});
+  if (a.slot_max) {
+    std::vector<float> maxima(static_cast<std::size_t>(d.probs / a.group));
+    slot_max_of(d.heads, probs, maxima);
+    for (std::size_t k = 0; k < d.heads.size(); ++k) {
+      const auto from = maxima.begin() + d.heads[k].probs / a.group;
+      slot_max_[k].assign(from, from + d.heads[k].slots);
     }
   }
   if (trace) {

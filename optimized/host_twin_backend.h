@@ -10,7 +10,8 @@
 //
 // Mirrored (the CUDA resident backend's way, docs/design.md §15): the twin keeps its own copy of
 // the pool's pages and reads decode attention from it, copying before each read the pages whose
-// stamp moved since it took them (optimized/pool_mirror.h), counted as kKv; shared (the default):
+// stamp moved since it took them (optimized/pool_mirror.h), counted as kKv, through the CUDA
+// backend's own descriptors (optimized/resident_attention_descs.h); shared (the default):
 // it reads the cache's pool itself, as a device whose page manager runs on the device would.
 //
 // It is also a Backend: the span operations (prefill, and whatever has no resident form yet) run
@@ -92,8 +93,12 @@ class HostTwinBackend final : public Backend, public ResidentBackend {
   std::span<const float> device_vector(std::span<const float> v);
   const WeightMatrix& device_matrix(const WeightMatrix& m);
   std::int64_t row_request(DeviceInts row_requests, std::int64_t r);
-  // Mirrored: brings the copy of every page the table rows of `a` name up to the pool's stamps.
-  void refresh_pool_copy(const PagePool& pool, const ResidentAttention& a);
+  // Mirrored: brings the copy of each of `ids` up to the pool's stamps.
+  void refresh_pool_copy(const PagePool& pool, std::span<const PageId> ids);
+  // Mirrored: decode attention as the CUDA resident backend makes it (its descriptors, its slot
+  // maxima layout: optimized/resident_attention_descs.h), on the CPU kernel over the copy.
+  void decode_attention_mirrored(const PagedKvCache& cache, const KvPolicy& policy, const ResidentAttention& a,
+                                 ResidentAttentionTrace* trace);
 
   CpuBackend cpu_;
   Pool pool_;

@@ -225,7 +225,7 @@ TEST(HostTwinProps, ADecodeStepMovesNoKvAndOnlyItsInputsTablesAndLogits) {
     auto e = engine_on(mirrored ? "host-twin-mirrored" : "host-twin", model, policy, 4000, page_bytes_for(policy));
     auto& twin = dynamic_cast<HostTwinBackend&>(*e->backend);
     const PagePool& pool = e->cache->manager().pool();
-    const std::int64_t page_copy_bytes = pool.page_bytes() + static_cast<std::int64_t>(pool.live_mask(0).size_bytes());
+    const std::int64_t page_copy_bytes = pool.page_bytes() + static_cast<std::int64_t>(pool.live_mask(0).size_bytes()) + 4;
     const KvPolicy& p = e->cache->policy();
     const std::int64_t L = c.num_hidden_layers, H = c.num_key_value_heads, V = c.vocab_size;
     const auto n = *rc::gen::inRange(1, 5);
