@@ -325,13 +325,7 @@ void CudaResidentBackend::refresh_pool_copy(const PagePool& pool, std::span<cons
   mirror_.stale(pool, pages, stale_);
   if (stale_.empty()) return;
   const auto count = static_cast<std::int64_t>(stale_.size());
-  staging_.resize(static_cast<std::size_t>(count * (page_bytes + words * 8)));
-  for (std::int64_t s = 0; s < count; ++s) {
-    const PageId id = stale_[static_cast<std::size_t>(s)];
-    std::memcpy(staging_.data() + s * page_bytes, pool.bytes(id).data(), static_cast<std::size_t>(page_bytes));
-    std::memcpy(staging_.data() + count * page_bytes + s * words * 8, pool.live_mask(id).data(),
-                static_cast<std::size_t>(words * 8));
-  }
+  stage_pages(pool, stale_, staging_);
   ensure(staged_, static_cast<std::int64_t>(staging_.size()), 1);
   ensure(staged_ids_, count, sizeof(std::int32_t));
   cuda_copy_to_device(staged_.p, staging_.data(), static_cast<std::int64_t>(staging_.size()));

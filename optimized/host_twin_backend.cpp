@@ -241,15 +241,13 @@ void HostTwinBackend::refresh_pool_copy(const PagePool& pool, std::span<const Pa
   }
   stale_.clear();
   mirror_.stale(pool, ids, stale_);
-  for (const PageId id : stale_) {
-    const std::span<const std::byte> b = pool.bytes(id);
-    std::copy(b.begin(), b.end(), pool_bytes_.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(id) * page_bytes));
-    const std::span<const std::uint64_t> m = pool.live_mask(id);
-    std::copy(m.begin(), m.end(), pool_masks_.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(id) * words));
-    // The page's bytes, its live words and its id (the device's staging).
-    ledger_.add(Direction::kToDevice, Transfer::kKv,
-                static_cast<std::int64_t>(b.size_bytes() + m.size_bytes() + sizeof(std::int32_t)));
-  }
+  if (stale_.empty()) return;
+  // The device's steps: one staging of the stale pages, one upload, one scatter.
+  stage_pages(pool, stale_, staging_);
+  scatter_pages(staging_, stale_, static_cast<std::int64_t>(page_bytes), static_cast<std::int64_t>(words),
+                pool_bytes_.data(), pool_masks_.data());
+  ledger_.add(Direction::kToDevice, Transfer::kKv,
+              static_cast<std::int64_t>(staging_.size() + stale_.size() * sizeof(std::int32_t)));
 }
 
 void HostTwinBackend::decode_attention(const PagedKvCache& cache, const KvPolicy& policy, const ResidentAttention& a,

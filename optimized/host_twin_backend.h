@@ -106,6 +106,7 @@ class HostTwinBackend final : public Backend, public ResidentBackend {
   std::vector<std::byte> pool_bytes_;         // mirrored: [pages][page_bytes]
   std::vector<std::uint64_t> pool_masks_;     // mirrored: [pages][mask words]
   std::vector<PageId> stale_;
+  std::vector<std::uint8_t> staging_;
   TransferLedger ledger_;
   std::int64_t host_path_calls_ = 0;
   std::vector<std::vector<float>> floats_;

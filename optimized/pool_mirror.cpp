@@ -1,5 +1,7 @@
 #include "optimized/pool_mirror.h"
 
+#include <cstring>
+
 namespace kvcheck {
 
 void PoolMirror::stale(const PagePool& pool, std::span<const PageId> pages, std::vector<PageId>& out) {
@@ -14,6 +16,29 @@ void PoolMirror::stale(const PagePool& pool, std::span<const PageId> pages, std:
     held = now;
     out.push_back(id);
     ++taken_;
+  }
+}
+
+void stage_pages(const PagePool& pool, std::span<const PageId> ids, std::vector<std::uint8_t>& staging) {
+  const auto page_bytes = static_cast<std::size_t>(pool.page_bytes());
+  const std::size_t words = pool.live_mask(0).size();
+  const std::size_t count = ids.size();
+  staging.resize(count * (page_bytes + words * sizeof(std::uint64_t)));
+  for (std::size_t s = 0; s < count; ++s) {
+    std::memcpy(staging.data() + s * page_bytes, pool.bytes(ids[s]).data(), page_bytes);
+    std::memcpy(staging.data() + count * page_bytes + s * words * sizeof(std::uint64_t), pool.live_mask(ids[s]).data(),
+                words * sizeof(std::uint64_t));
+  }
+}
+
+void scatter_pages(std::span<const std::uint8_t> staging, std::span<const PageId> ids, std::int64_t page_bytes,
+                   std::int64_t words, std::byte* copy, std::uint64_t* masks) {
+  const auto count = static_cast<std::int64_t>(ids.size());
+  for (std::int64_t s = 0; s < count; ++s) {
+    const std::int64_t id = ids[static_cast<std::size_t>(s)];
+    std::memcpy(copy + id * page_bytes, staging.data() + s * page_bytes, static_cast<std::size_t>(page_bytes));
+    std::memcpy(masks + id * words, staging.data() + count * page_bytes + s * words * 8,
+                static_cast<std::size_t>(words) * sizeof(std::uint64_t));
   }
 }
 
