@@ -13,21 +13,10 @@
 #include "optimized/model_runner.h"
 #include "optimized/paged_kv_cache.h"
 #include "optimized/resident_attention_descs.h"
+#include "optimized/resident_host_side.h"
 #include "reference/errors.h"
 
 namespace kvcheck {
-namespace {
-
-std::int64_t request_of(const std::vector<std::int32_t>& ids, std::int64_t r) {
-  const auto lo = static_cast<std::uint32_t>(ids.at(static_cast<std::size_t>(2 * r)));
-  const auto hi = static_cast<std::uint32_t>(ids.at(static_cast<std::size_t>(2 * r + 1)));
-  return static_cast<std::int64_t>(static_cast<std::uint64_t>(lo) | (static_cast<std::uint64_t>(hi) << 32));
-}
-
-std::int64_t align16(std::int64_t n) { return (n + 15) / 16 * 16; }
-
-}  // namespace
-
 namespace {
 
 bool check_resident_device() {
@@ -38,6 +27,8 @@ bool check_resident_device() {
   if (cuda_device_count() == 0) throw InputError("--device cuda-resident: " + cuda_device_summary() + "; use --device cpu");
   return true;
 }
+
+std::int64_t align16(std::int64_t n) { return (n + 15) / 16 * 16; }
 
 }  // namespace
 
@@ -269,23 +260,13 @@ void CudaResidentBackend::rotate(const KvPolicy& policy, RotatedPart part, Devic
 void CudaResidentBackend::apply_table_deltas(DeviceInts deltas, std::int64_t ints) {
   // The device holds the deltas; the backend applies them to its record, from which each
   // attention call's descriptors are made (kPlan).
-  const std::vector<std::int32_t>& d = sent_[static_cast<std::size_t>(deltas.id)];
-  std::int64_t at = 0;
-  while (at < ints) {
-    if (at + kTableRecordHeader > ints) throw std::logic_error("cuda resident: a truncated page-table delta");
-    const std::int32_t* r = d.data() + at;
-    const std::int64_t request =
-        static_cast<std::int64_t>(static_cast<std::uint64_t>(static_cast<std::uint32_t>(r[0])) |
-                                  (static_cast<std::uint64_t>(static_cast<std::uint32_t>(r[1])) << 32));
-    const std::int64_t n = r[4];
-    if (n < 0 || at + kTableRecordHeader + 2 * n > ints) throw std::logic_error("cuda resident: a bad page-table delta");
-    table_[TableKey{request, r[2], r[3]}].assign(r + kTableRecordHeader, r + kTableRecordHeader + 2 * n);
-    at += kTableRecordHeader + 2 * n;
-  }
+  apply_table_records(table_, std::span<const std::int32_t>(sent_[static_cast<std::size_t>(deltas.id)]).first(
+                                  static_cast<std::size_t>(ints)),
+                      "cuda resident");
 }
 
 std::int64_t CudaResidentBackend::row_request(DeviceInts row_requests, std::int64_t r) const {
-  return request_of(sent_[static_cast<std::size_t>(row_requests.id)], r);
+  return row_request_id(sent_[static_cast<std::size_t>(row_requests.id)], r);
 }
 
 void CudaResidentBackend::write_kv(PagedKvCache& cache, std::int32_t layer, std::int64_t layers, std::int64_t rows,
@@ -294,21 +275,8 @@ void CudaResidentBackend::write_kv(PagedKvCache& cache, std::int32_t layer, std:
   // Quantize-on-write on the host in step 2: the new keys and values come down.
   const std::vector<float> keys = to_host(k, Transfer::kKv);
   const std::vector<float> values = to_host(v, Transfer::kKv);
-  const std::vector<std::int32_t>& pos = sent_[static_cast<std::size_t>(positions.id)];
-  const std::vector<std::int32_t>& t = sent_[static_cast<std::size_t>(targets.id)];
-  const std::int64_t kv_dim = static_cast<std::int64_t>(keys.size()) / std::max<std::int64_t>(rows, 1);
-  const std::int64_t heads = static_cast<std::int64_t>(t.size()) / std::max<std::int64_t>(rows * layers * kWriteTargetInts, 1);
-  const std::int64_t d = kv_dim / std::max<std::int64_t>(heads, 1);
-  const std::span<const float> ks(keys), vs(values);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const std::int64_t request = row_request(row_requests, r);
-    for (std::int32_t h = 0; h < heads; ++h) {
-      const std::int32_t* at = t.data() + ((r * layers + layer) * heads + h) * kWriteTargetInts;
-      const auto offset = static_cast<std::size_t>(r * kv_dim + h * d);
-      cache.write_token_at(request, layer, h, SlotRef{at[0], at[1], at[2]}, pos.at(static_cast<std::size_t>(r)),
-                           ks.subspan(offset, static_cast<std::size_t>(d)), vs.subspan(offset, static_cast<std::size_t>(d)));
-    }
-  }
+  write_step_kv(cache, layer, layers, rows, sent_[static_cast<std::size_t>(row_requests.id)],
+                sent_[static_cast<std::size_t>(positions.id)], sent_[static_cast<std::size_t>(targets.id)], keys, values);
 }
 
 void CudaResidentBackend::refresh_pool_copy(const PagePool& pool, std::span<const PageId> pages) {
@@ -436,25 +404,12 @@ void CudaResidentBackend::decode_attention(const PagedKvCache& cache, const KvPo
       slot_max_[k].assign(from, from + heads[k].slots);
     }
   }
-  if (trace) {
-    trace->slot_max = slot_max_;
-    trace->pages_read = chosen;
-    std::int64_t bytes = 0;
-    for (const auto& c : chosen) bytes += static_cast<std::int64_t>(c.size() * sizeof(std::int32_t));
-    ledger_.add(Direction::kToHost, Transfer::kTrace, bytes);
-  }
+  // The maxima came down above; the chosen pages are on the host already, counted as the trace.
+  if (trace) ledger_.add(Direction::kToHost, Transfer::kTrace, fill_attention_trace(*trace, slot_max_, chosen, false));
 }
 
 void CudaResidentBackend::add_scores(PagedKvCache& cache, const ResidentAttention& a) {
-  if (static_cast<std::int64_t>(slot_max_.size()) != a.rows * a.kv_heads) {
-    throw std::logic_error("cuda resident: add_scores without the slot maxima of the same decode attention");
-  }
-  for (std::int64_t r = 0; r < a.rows; ++r) {
-    for (std::int32_t h = 0; h < a.kv_heads; ++h) {
-      cache.add_scores(row_request(a.row_requests, r), a.layer, h,
-                       slot_max_[static_cast<std::size_t>(r * a.kv_heads + h)]);
-    }
-  }
+  add_slot_maxima(cache, a, sent_[static_cast<std::size_t>(a.row_requests.id)], slot_max_, "cuda resident");
 }
 
 }  // namespace kvcheck

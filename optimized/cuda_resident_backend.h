@@ -21,9 +21,7 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <span>
-#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -118,8 +116,7 @@ class CudaResidentBackend final : public Backend, public ResidentBackend {
   std::vector<std::vector<std::int32_t>> sent_;
   std::unordered_map<const void*, Buffer> vectors_;
   std::unordered_map<const void*, CudaMatrix> tables_;
-  // The page table as the deltas left it: (request, layer, head) -> (page id, tier) pairs.
-  using TableKey = std::tuple<std::int64_t, std::int32_t, std::int32_t>;
+  // The page table as the deltas left it.
   ResidentTable table_;
   // The pool's device copy ([pages][page_bytes], [pages][words]) and its staging.
   PoolMirror mirror_;

@@ -9,6 +9,7 @@
 #include "optimized/model_runner.h"
 #include "optimized/paged_kv_cache.h"
 #include "optimized/resident_attention_descs.h"
+#include "optimized/resident_host_side.h"
 
 namespace kvcheck {
 namespace {
@@ -189,47 +190,17 @@ void HostTwinBackend::rotate(const KvPolicy& policy, RotatedPart part, DeviceFlo
 // ---- The KV side ------------------------------------------------------------------------------
 
 void HostTwinBackend::apply_table_deltas(DeviceInts deltas, std::int64_t ints) {
-  const std::vector<std::int32_t>& d = i(deltas);
-  std::int64_t at = 0;
-  while (at < ints) {
-    if (at + kTableRecordHeader > ints) throw std::logic_error("host twin: a truncated page-table delta");
-    const auto* r = d.data() + at;
-    const std::int64_t request =
-        static_cast<std::int64_t>(static_cast<std::uint64_t>(static_cast<std::uint32_t>(r[0])) |
-                                  (static_cast<std::uint64_t>(static_cast<std::uint32_t>(r[1])) << 32));
-    const std::int64_t n = r[4];
-    if (n < 0 || at + kTableRecordHeader + 2 * n > ints) throw std::logic_error("host twin: a bad page-table delta");
-    table_[TableKey{request, r[2], r[3]}].assign(r + kTableRecordHeader, r + kTableRecordHeader + 2 * n);
-    at += kTableRecordHeader + 2 * n;
-  }
+  apply_table_records(table_, std::span<const std::int32_t>(i(deltas)).first(static_cast<std::size_t>(ints)), "host twin");
 }
 
 std::int64_t HostTwinBackend::row_request(DeviceInts row_requests, std::int64_t r) {
-  const std::vector<std::int32_t>& v = i(row_requests);
-  return static_cast<std::int64_t>(static_cast<std::uint64_t>(static_cast<std::uint32_t>(v[static_cast<std::size_t>(2 * r)])) |
-                                   (static_cast<std::uint64_t>(static_cast<std::uint32_t>(v[static_cast<std::size_t>(2 * r + 1)]))
-                                    << 32));
+  return row_request_id(i(row_requests), r);
 }
 
 void HostTwinBackend::write_kv(PagedKvCache& cache, std::int32_t layer, std::int64_t layers, std::int64_t rows,
                                DeviceInts row_requests, DeviceInts positions, DeviceInts targets, DeviceFloats k,
                                DeviceFloats v) {
-  const std::vector<std::int32_t>& pos = i(positions);
-  const std::vector<std::int32_t>& t = i(targets);
-  const std::vector<float>& keys = f(k);
-  const std::vector<float>& values = f(v);
-  const std::int64_t kv_dim = static_cast<std::int64_t>(keys.size()) / std::max<std::int64_t>(rows, 1);
-  const std::int64_t heads = static_cast<std::int64_t>(t.size()) / std::max<std::int64_t>(rows * layers * kWriteTargetInts, 1);
-  const std::int64_t d = kv_dim / std::max<std::int64_t>(heads, 1);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const std::int64_t request = row_request(row_requests, r);
-    for (std::int32_t h = 0; h < heads; ++h) {
-      const std::int32_t* at = t.data() + ((r * layers + layer) * heads + h) * kWriteTargetInts;
-      const SlotRef slot{at[0], at[1], at[2]};
-      cache.write_token_at(request, layer, h, slot, pos[static_cast<std::size_t>(r)], floats_of(keys, r * kv_dim + h * d, d),
-                           floats_of(values, r * kv_dim + h * d, d));
-    }
-  }
+  write_step_kv(cache, layer, layers, rows, i(row_requests), i(positions), i(targets), f(k), f(v));
 }
 
 void HostTwinBackend::refresh_pool_copy(const PagePool& pool, std::span<const PageId> ids) {
@@ -307,14 +278,7 @@ void HostTwinBackend::decode_attention(const PagedKvCache& cache, const KvPolicy
       for (std::size_t j = 0; j < slots; ++j) m[j] = std::max(m[j], probs[k][static_cast<std::size_t>(g) * slots + j]);
     }
   }
-  if (trace) {
-    trace->slot_max = slot_max_;
-    trace->pages_read = chosen;
-    std::int64_t bytes = 0;
-    for (const auto& m : slot_max_) bytes += static_cast<std::int64_t>(m.size() * sizeof(float));
-    for (const auto& c : chosen) bytes += static_cast<std::int64_t>(c.size() * sizeof(std::int32_t));
-    ledger_.add(Direction::kToHost, Transfer::kTrace, bytes);
-  }
+  if (trace) ledger_.add(Direction::kToHost, Transfer::kTrace, fill_attention_trace(*trace, slot_max_, chosen, true));
 }
 
 void HostTwinBackend::decode_attention_mirrored(const PagedKvCache& cache, const KvPolicy& policy,
@@ -351,25 +315,11 @@ void HostTwinBackend::decode_attention_mirrored(const PagedKvCache& cache, const
       slot_max_[k].assign(from, from + d.heads[k].slots);
     }
   }
-  if (trace) {
-    trace->slot_max = slot_max_;
-    trace->pages_read = chosen;
-    std::int64_t bytes = 0;
-    for (const auto& m : slot_max_) bytes += static_cast<std::int64_t>(m.size() * sizeof(float));
-    for (const auto& c : chosen) bytes += static_cast<std::int64_t>(c.size() * sizeof(std::int32_t));
-    ledger_.add(Direction::kToHost, Transfer::kTrace, bytes);
-  }
+  if (trace) ledger_.add(Direction::kToHost, Transfer::kTrace, fill_attention_trace(*trace, slot_max_, chosen, true));
 }
 
 void HostTwinBackend::add_scores(PagedKvCache& cache, const ResidentAttention& a) {
-  if (static_cast<std::int64_t>(slot_max_.size()) != a.rows * a.kv_heads) {
-    throw std::logic_error("host twin: add_scores without the slot maxima of the same decode attention");
-  }
-  for (std::int64_t r = 0; r < a.rows; ++r) {
-    for (std::int32_t h = 0; h < a.kv_heads; ++h) {
-      cache.add_scores(row_request(a.row_requests, r), a.layer, h, slot_max_[static_cast<std::size_t>(r * a.kv_heads + h)]);
-    }
-  }
+  add_slot_maxima(cache, a, i(a.row_requests), slot_max_, "host twin");
 }
 
 }  // namespace kvcheck

@@ -13,23 +13,19 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <span>
-#include <tuple>
 #include <vector>
 
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/paged_attention_cuda.h"
 #include "optimized/page_pool.h"
 #include "optimized/resident_backend.h"
+#include "optimized/resident_host_side.h"
 
 namespace kvcheck {
 
 class PagedKvCache;
 class KvPolicy;
-
-// A resident backend's record of the page table: (request, layer, kv head) -> (page id, tier) pairs.
-using ResidentTable = std::map<std::tuple<std::int64_t, std::int32_t, std::int32_t>, std::vector<std::int32_t>>;
 
 // rows[k] for head k (k = row x kv_heads + kv head) of `a`: its row of `table`, cut for a
 // page-selecting policy to the pages it chooses from the head's queries (q: host floats, every
