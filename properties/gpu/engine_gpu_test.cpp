@@ -169,48 +169,69 @@ TEST(EngineGpu, ResidentEngineGivesTheHostCopyEnginesTokensAndLogits) {
   }
 }
 
+// Decode steps driven by hand on both CUDA engines, some asking for a subset of the rows' logits
+// (the resident gather): the same logits bit for bit, and the resident ledger of every step.
 TEST(EngineGpu, ResidentDecodeStepMovesWhatStepTwoSays) {
   KVCHECK_REQUIRE_GPU();
   const ReferenceModel model = ReferenceModel::load(testing::source_path("datasets/models/kvcheck-tiny"));
   const ModelConfig& c = model.config();
   const std::int64_t L = c.num_hidden_layers, H = c.num_key_value_heads, V = c.vocab_size;
-  auto e = engine_on(model, "cuda-resident", "int8");
-  auto& r = dynamic_cast<CudaResidentBackend&>(*e->backend);
-  const PagePool& pool = e->cache->manager().pool();
-  const std::int64_t page_copy = pool.page_bytes() + static_cast<std::int64_t>(pool.live_mask(0).size_bytes()) + 4;
-  std::vector<std::int64_t> ids;
-  std::vector<std::int32_t> tokens, positions;
-  for (std::int64_t id = 0; id < 3; ++id) {
-    const std::vector<std::int32_t> prompt = test_tokens(20 + 30 * id, V, static_cast<std::uint64_t>(id));
-    const std::vector<float> logits = e->runner->prefill(id, prompt);
-    ids.push_back(id);
-    tokens.push_back(static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
-    positions.push_back(static_cast<std::int32_t>(prompt.size()));
-  }
-  const auto B = static_cast<std::int64_t>(ids.size());
-  for (int step = 0; step < 6; ++step) {
-    const std::int64_t host_calls = r.host_path_calls(), copied = r.pages_copied();
-    e->runner->decode(ids, tokens, positions);
-    const TransferCounts& t = r.ledger().step();
-    SCOPED_TRACE(fmt::format("step {}: {}", step, t.summary()));
-    EXPECT_EQ(r.host_path_calls(), host_calls) << "a decode step used the host path";
-    if (step > 0) {
-      EXPECT_EQ(t.of(Direction::kToDevice, Transfer::kWeights), 0);
+  for (const std::string policy : {"int8", "h2o", "quest:pages=2"}) {
+    SCOPED_TRACE(policy);
+    auto host_copy = engine_on(model, "cuda", policy);
+    auto e = engine_on(model, "cuda-resident", policy);
+    auto& r = dynamic_cast<CudaResidentBackend&>(*e->backend);
+    const PagePool& pool = e->cache->manager().pool();
+    const std::int64_t page_copy = pool.page_bytes() + static_cast<std::int64_t>(pool.live_mask(0).size_bytes()) + 4;
+    std::vector<std::int64_t> ids;
+    std::vector<std::int32_t> tokens, positions;
+    for (std::int64_t id = 0; id < 3; ++id) {
+      const std::vector<std::int32_t> prompt = test_tokens(20 + 30 * id, V, static_cast<std::uint64_t>(id));
+      host_copy->runner->prefill(id, prompt);
+      const std::vector<float> logits = e->runner->prefill(id, prompt);
+      ids.push_back(id);
+      tokens.push_back(static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+      positions.push_back(static_cast<std::int32_t>(prompt.size()));
     }
-    // Keys and values down for the host's quantize-on-write, the pages they land in (and, at the
-    // first step, the prompt's) up.
-    EXPECT_EQ(t.of(Direction::kToHost, Transfer::kKv), 2 * L * B * c.kv_dim() * 4);
-    const std::int64_t pages = r.pages_copied() - copied;
-    EXPECT_EQ(t.of(Direction::kToDevice, Transfer::kKv), pages * page_copy);
-    EXPECT_GE(pages, B * L * H);
-    if (step > 0) {
-      EXPECT_EQ(pages, B * L * H) << "only the pages the step wrote";
-    }
-    EXPECT_EQ(t.of(Direction::kToHost, Transfer::kLogits), 4 * B * V);
-    EXPECT_GT(t.of(Direction::kToDevice, Transfer::kPlan), 0);
-    for (std::int64_t b = 0; b < B; ++b) {
-      tokens[static_cast<std::size_t>(b)] = static_cast<std::int32_t>((tokens[static_cast<std::size_t>(b)] * 7 + 3) % V);
-      ++positions[static_cast<std::size_t>(b)];
+    const auto B = static_cast<std::int64_t>(ids.size());
+    for (int step = 0; step < 6; ++step) {
+      const std::vector<std::size_t> rows = {0, 2};
+      const std::vector<std::size_t>* subset = step % 2 == 1 ? &rows : nullptr;
+      const std::int64_t R = subset ? 2 : B;
+      const std::int64_t host_calls = r.host_path_calls(), copied = r.pages_copied();
+      const std::vector<float> want = host_copy->runner->decode(ids, tokens, positions, subset);
+      const std::vector<float> got = e->runner->decode(ids, tokens, positions, subset);
+      const TransferCounts& t = r.ledger().step();
+      SCOPED_TRACE(fmt::format("step {}: {}", step, t.summary()));
+      ASSERT_EQ(got.size(), want.size());
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+          << "the resident logits differ from the host-copy engine's";
+      EXPECT_EQ(r.host_path_calls(), host_calls) << "a decode step used the host path";
+      if (step > 0) {
+        EXPECT_EQ(t.of(Direction::kToDevice, Transfer::kWeights), 0);
+      }
+      // Keys and values down for the host's quantize-on-write, the pages they land in (and, at
+      // the first step, the prompt's) up.
+      EXPECT_EQ(t.of(Direction::kToHost, Transfer::kKv), 2 * L * B * c.kv_dim() * 4);
+      const std::int64_t pages = r.pages_copied() - copied;
+      EXPECT_EQ(t.of(Direction::kToDevice, Transfer::kKv), pages * page_copy);
+      EXPECT_GE(pages, B * L * H);
+      if (step > 0 && policy == "int8") {
+        EXPECT_EQ(pages, B * L * H) << "only the pages the step wrote";
+      }
+      EXPECT_EQ(t.of(Direction::kToHost, Transfer::kLogits), 4 * R * V);
+      EXPECT_GT(t.of(Direction::kToDevice, Transfer::kPlan), 0);
+      // The slot maxima of an accumulating policy, the queries of a page-selecting one.
+      if (policy == "h2o") {
+        EXPECT_GT(t.of(Direction::kToHost, Transfer::kDecisions), 0);
+      }
+      if (policy.starts_with("quest")) {
+        EXPECT_EQ(t.of(Direction::kToHost, Transfer::kDecisions), L * B * c.q_dim() * 4);
+      }
+      for (std::int64_t b = 0; b < B; ++b) {
+        tokens[static_cast<std::size_t>(b)] = static_cast<std::int32_t>((tokens[static_cast<std::size_t>(b)] * 7 + 3) % V);
+        ++positions[static_cast<std::size_t>(b)];
+      }
     }
   }
 }
