@@ -10,6 +10,7 @@
 
 #include "optimized/engine.h"
 #include "optimized/nvtx_range.h"
+#include "optimized/resident_backend.h"
 #include "optimized/step_timer.h"
 #include "reference/errors.h"
 
@@ -208,6 +209,7 @@ ServingResult run_serving(const ReferenceModel& model, const ServingRunConfig& c
   out.ttft_s = percentiles(std::move(ttft));
   out.tpot_s = percentiles(std::move(tpot));
   out.itl_s = percentiles(std::move(itl));
+  if (ResidentBackend* resident = engine->backend->resident()) out.transfers = resident->ledger().total();
   return out;
 }
 

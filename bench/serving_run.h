@@ -32,6 +32,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -39,6 +40,7 @@
 #include "bench/serving_workload.h"
 #include "bench/step_roofline.h"
 #include "optimized/scheduler.h"
+#include "optimized/transfer_ledger.h"
 #include "reference/model.h"
 
 namespace kvcheck {
@@ -96,6 +98,10 @@ struct ServingResult {
   // tokens saved); pages two or more running requests listed at once, at the peak; copy-on-write
   // copies; cached pages evicted.
   std::int64_t prefill_tokens = 0, prefix_hit_tokens = 0, peak_shared_pages = 0, cow_copies = 0, prefix_evictions = 0;
+  // A device-resident backend's transfer ledger over the run (optimized/transfer_ledger.h:
+  // bytes by direction and kind, the weights' one upload included), or none for a backend
+  // without one.
+  std::optional<TransferCounts> transfers;
   // Throughput over every submitted request: false when any failed or was refused (the rates
   // then cover only the rest, and are not compared).
   bool all_completed() const { return requests_failed == 0 && requests_completed == requests_submitted; }

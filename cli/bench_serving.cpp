@@ -11,7 +11,7 @@
 // the same reusable prefill (ModelRunner::set_reusable_prefill), nothing reused. A second table
 // gives prompt tokens computed and saved, pages shared at the peak, copy-on-write copies, evictions.
 //
-// JSON (--json FILE, written atomically): format "kvcheck-bench-serving", version 2; model,
+// JSON (--json FILE, written atomically): format "kvcheck-bench-serving", version 3; model,
 // device, threads, workload {name, file, requests, seed, rate, reasoning_cap, mean_prompt_tokens,
 // mean_output_tokens, longest_request_tokens}, kv_budget_bytes, kv_budget_requests (0: given in
 // bytes), page_bytes, pool_pages, max_batch, preemption, machine {copy_bytes_per_s,
@@ -29,11 +29,16 @@
 // predicted_step_s, predicted_tokens_per_s, achieved_fraction and generation_fraction (tok/s and tg
 // over predicted_tokens_per_s; null unless all_completed), bound},
 // ratios_vs_paged_fp16 {output_tokens_per_s, requests_per_s, mean_batch_size, peak_kv_bytes}
-// (the first two null unless both rows completed everything)}].
+// (the first two null unless both rows completed everything), transfers (null unless the device
+// is resident: {to_device, to_host} each {kind: bytes over the run} for the ledger's kinds, and
+// per_decode_step {to_device, to_host}: the bytes of every kind but weights and trace over
+// decode_steps)}].
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <nlohmann/json.hpp>
+
+#include <algorithm>
 #include <random>
 #include <thread>
 
@@ -55,6 +60,25 @@
 namespace kvcheck::cli {
 
 namespace {
+
+// A resident backend's ledger over the run (null for a backend without one): bytes by direction
+// and kind, and the mean bytes a decode step moved each way (weights and trace left out).
+nlohmann::json transfers_json(const ServingResult& r) {
+  if (!r.transfers) return nullptr;
+  const TransferCounts& t = *r.transfers;
+  nlohmann::json j = {{"to_device", nlohmann::json::object()}, {"to_host", nlohmann::json::object()}};
+  for (int k = 0; k < kTransferKinds; ++k) {
+    const auto kind = static_cast<Transfer>(k);
+    j["to_device"][transfer_name(kind)] = t.of(Direction::kToDevice, kind);
+    j["to_host"][transfer_name(kind)] = t.of(Direction::kToHost, kind);
+  }
+  const auto per_step = [&](Direction d) {
+    const std::int64_t bytes = t.step_bytes(d) - t.of(d, Transfer::kWeights);
+    return r.decode_steps > 0 ? static_cast<double>(bytes) / static_cast<double>(r.decode_steps) : 0.0;
+  };
+  j["per_decode_step"] = {{"to_device", per_step(Direction::kToDevice)}, {"to_host", per_step(Direction::kToHost)}};
+  return j;
+}
 
 // Token ids of real text to cut prompts from: the held-out documents through the model's tokenizer,
 // or seeded random ids for a model without one.
@@ -296,6 +320,29 @@ int run_serving_bench(const BenchArgs& args) {
     }
     for (const std::string& e : r.errors) fmt::print("{}: {}\n", r.label, e);
   }
+  if (std::any_of(results.begin(), results.end(), [](const ServingResult& r) { return r.transfers.has_value(); })) {
+    // What crossed between host and device, per decode step (design.md §15's ledger).
+    fmt::print("\n{:<34} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}\n", "per decode step (KiB)", "to dev", "to host",
+               "kv up", "kv down", "plan", "tables", "logits");
+    for (const ServingResult& r : results) {
+      if (!r.transfers || r.decode_steps == 0) continue;
+      const TransferCounts& t = *r.transfers;
+      const auto kib = [&](std::int64_t bytes) {
+        return static_cast<double>(bytes) / 1024.0 / static_cast<double>(r.decode_steps);
+      };
+      fmt::print("{:<34} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f}\n",
+                 r.label.size() > 34 ? r.label.substr(0, 33) + "~" : r.label,
+                 kib(t.step_bytes(Direction::kToDevice) - t.of(Direction::kToDevice, Transfer::kWeights)),
+                 kib(t.step_bytes(Direction::kToHost) - t.of(Direction::kToHost, Transfer::kWeights)),
+                 kib(t.of(Direction::kToDevice, Transfer::kKv)), kib(t.of(Direction::kToHost, Transfer::kKv)),
+                 kib(t.of(Direction::kToDevice, Transfer::kPlan)), kib(t.of(Direction::kToDevice, Transfer::kTables)),
+                 kib(t.of(Direction::kToHost, Transfer::kLogits)));
+    }
+    fmt::print("to dev / to host: every kind but the weights' one upload, over the decode steps (prefill runs on the "
+               "host-copy path, not counted);\nkv up: pages the host changed (written tokens, moves, prompts); kv "
+               "down: new keys and values for quantize-on-write on the host;\nplan: attention descriptors; tables: "
+               "changed page-table rows; logits: the rows asked for.\n");
+  }
   if (reuse) {
     fmt::print("\n{:<34} {:>12} {:>12} {:>7} {:>11} {:>9} {:>9} {:>9} {:>14}\n", "prefix reuse", "prefill tok",
                "saved tok", "saved", "shared pk", "COW", "evicted", "tok/s", "TTFT ms p50/99");
@@ -361,6 +408,7 @@ int run_serving_bench(const BenchArgs& args) {
           {"wall_s", r.wall_s},
           {"steps", r.steps},
           {"decode_steps", r.decode_steps},
+          {"transfers", transfers_json(r)},
           {"roofline", roofline_json(mean_decode_step_work(c, r), roofs[i], roof_rate(i),
                                      comparable_json(r.all_completed(), ratio(r.output_tokens_per_s, roof_rate(i))),
                                      comparable_json(r.all_completed(), ratio(r.generation_tokens_per_s, roof_rate(i))))},
@@ -373,7 +421,7 @@ int run_serving_bench(const BenchArgs& args) {
     }
     write_json_atomically(args.json,
                           {{"format", "kvcheck-bench-serving"},
-                           {"version", 2},
+                           {"version", 3},
                            {"model", model_name},
                            {"device", args.device},
                            {"threads", args.threads},

@@ -239,6 +239,31 @@ TEST(ServingRun, RefusedAndFailedRequestsAreCountedApart) {
   EXPECT_FALSE(paged.all_completed());
 }
 
+// A resident backend's run carries its transfer ledger (the CPU backend's none), and serves the
+// same tokens: the mirrored host twin stands in for the device here.
+TEST(ServingRun, AResidentRunCarriesItsTransferLedger) {
+  const ModelConfig c = tiny_config({.max_positions = 256});
+  const ReferenceModel model = tiny_model(c, 5);
+  const std::vector<ServingRequest> rs = workload(c, 6, 0.0);
+  ServingRunConfig cpu = run_config("int8", false, 64 * 1024 * 1024);
+  ServingRunConfig twin = cpu;
+  twin.device = "host-twin-mirrored";
+  const ServingResult a = run_serving(model, cpu, rs);
+  const ServingResult b = run_serving(model, twin, rs);
+  EXPECT_FALSE(a.transfers.has_value());
+  ASSERT_TRUE(b.transfers.has_value());
+  EXPECT_EQ(b.output_tokens, a.output_tokens);
+  EXPECT_EQ(b.decode_steps, a.decode_steps);
+  const TransferCounts& t = *b.transfers;
+  EXPECT_GT(t.of(Direction::kToDevice, Transfer::kWeights), 0);
+  EXPECT_GT(t.of(Direction::kToDevice, Transfer::kKv), 0);  // the pages the steps wrote, copied
+  // Every decode step's tokens and positions, 4 bytes a row each.
+  EXPECT_EQ(t.of(Direction::kToDevice, Transfer::kTokens), 4 * b.decode_tokens);
+  EXPECT_EQ(t.of(Direction::kToDevice, Transfer::kPositions), 4 * b.decode_tokens);
+  EXPECT_EQ(t.of(Direction::kToHost, Transfer::kLogits) % (4 * c.vocab_size), 0);
+  EXPECT_GT(t.of(Direction::kToHost, Transfer::kLogits), 0);
+}
+
 TEST(ServingRun, MeanAndSampleStandardDeviation) {
   const std::vector<double> v = {2, 4, 4, 4, 5, 5, 7, 9};
   const MeanSd m = mean_sd(v);

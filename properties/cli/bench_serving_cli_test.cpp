@@ -28,7 +28,7 @@ using testing::shell_quote;
 
 void expect_sane(const json& j, std::int64_t requests) {
   EXPECT_EQ(j.at("format"), "kvcheck-bench-serving");
-  EXPECT_EQ(j.at("version"), 2);
+  EXPECT_EQ(j.at("version"), 3);
   const std::int64_t budget = j.at("kv_budget_bytes");
   const double copy = j.at("machine").at("copy_bytes_per_s"), gemm = j.at("machine").at("gemm_flops_per_s");
   EXPECT_EQ(j.at("pool_pages").get<std::int64_t>(), budget / j.at("page_bytes").get<std::int64_t>());
