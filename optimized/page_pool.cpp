@@ -2,6 +2,7 @@
 #include "optimized/page_pool.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstdlib>
 #include <cstring>
@@ -60,7 +61,10 @@ PagePool::PagePool(PagePoolConfig config) : config_(std::move(config)) {
   const auto n = static_cast<std::size_t>(config_.pages);
   owners_.assign(n, PageOwner{});
   masks_.assign(n * words_, 0);
-  versions_.assign(n, clock_);  // 1: a copy that holds nothing yet holds stamp 0
+  // Each pool's stamps from its own range (page_pool.h), every page starting at its first.
+  static std::atomic<std::uint64_t> pools{0};
+  clock_ = ((pools.fetch_add(1, std::memory_order_relaxed) + 1) << 40) + 1;
+  versions_.assign(n, clock_);
   if (config_.backing) {
     const std::size_t size = n * static_cast<std::size_t>(config_.page_bytes);
     bytes_.reset(static_cast<std::byte*>(std::calloc(size, 1)));

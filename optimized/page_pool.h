@@ -129,7 +129,8 @@ class PagePool {
   std::span<std::byte> bytes(PageId id);
   std::span<const std::byte> bytes(PageId id) const;
   // The page's stamp (see above): equal stamps, equal live mask and bytes but for scores. Stamps
-  // come from one counter over the pool, so a page never takes a stamp it held before.
+  // come from one counter per pool, started at its own 2^40 boundary, so a page never takes a
+  // stamp it held before, nor one a page of another pool in the process holds, and none is 0.
   std::uint64_t version(PageId id) const { return versions_[static_cast<std::size_t>(id)]; }
 
  private:
@@ -144,10 +145,10 @@ class PagePool {
   // The per-slot contiguous segments (metadata, score, position); codes are tiled.
   enum class Segment { kKeyMeta, kValueMeta, kScore, kPosition };
   std::span<std::byte> slot_bytes(PageId id, std::int64_t slot, Segment segment);
+  std::span<const std::byte> slot_bytes(PageId id, std::int64_t slot, Segment segment) const;
   // bytes() without the restamp, for the members that stamp what they change themselves.
   std::span<std::byte> raw_bytes(PageId id);
   void touch(PageId id) { versions_[static_cast<std::size_t>(id)] = ++clock_; }
-  std::span<const std::byte> slot_bytes(PageId id, std::int64_t slot, Segment segment) const;
   std::uint64_t* mask(PageId id) { return masks_.data() + static_cast<std::size_t>(id) * words_; }
   const std::uint64_t* mask(PageId id) const { return masks_.data() + static_cast<std::size_t>(id) * words_; }
   std::int64_t segment_offset(int tier, std::int64_t slot, Segment segment, std::int64_t* size) const;
@@ -161,7 +162,7 @@ class PagePool {
   std::vector<PageOwner> owners_;
   std::vector<std::uint64_t> masks_;
   std::vector<std::uint64_t> versions_;
-  std::uint64_t clock_ = 1;
+  std::uint64_t clock_ = 0;
   // The pages' bytes, calloc'ed: a large pool comes as untouched zero pages from the OS, so a
   // pool sized for full context costs only the pages a run writes (a vector's value-initialization
   // wrote every byte of it up front).

@@ -8,7 +8,9 @@
 //       stamp, and a score alone (put at the slot's own position) leaves it;
 //   AMirrorReadsAsThePool
 //       a copy that takes, at random points, the pages PoolMirror::stale names for a random subset
-//       of pages holds, for every page of that subset, the pool's live mask and bytes but scores.
+//       of pages holds, for every page of that subset, the pool's live mask and bytes but scores;
+//   TwoPoolsNeverShareAStamp
+//       (so a mirror that meets a new pool where an old one was still copies every page).
 //
 // Reproduce a failure with the seed it prints:
 //   RC_PARAMS="seed=N" build/properties/kvcheck_property_tests --gtest_filter='PoolMirrorProps.*'
@@ -217,6 +219,17 @@ TEST(PoolMirrorProps, AMirrorReadsAsThePool) {
   });
   EXPECT_GT(taken, 0);
   EXPECT_GT(skipped, 0);  // a page that did not change is not copied again
+}
+
+TEST(PoolMirrorProps, TwoPoolsNeverShareAStamp) {
+  PagePool a(pool_config(0)), b(pool_config(0));
+  for (PageId i = 0; i < a.pages(); ++i) {
+    EXPECT_NE(a.version(i), 0U);
+    for (PageId j = 0; j < b.pages(); ++j) EXPECT_NE(a.version(i), b.version(j)) << i << " " << j;
+  }
+  a.format(0, PageOwner{HeadKey{0, 0, 0}, 0});
+  b.format(0, PageOwner{HeadKey{0, 0, 0}, 0});
+  EXPECT_NE(a.version(0), b.version(0));
 }
 
 }  // namespace
