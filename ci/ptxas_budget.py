@@ -74,7 +74,6 @@ KERNELS = {
     "SwiGluKernel": (256, [], None),
     "PrefillRowsKernel": (128, [], None),
     "PrefillColumnSumsKernel": (128, [], None),
-    "EmbedRowsKernel": (256, [], None),
     "AddKernel": (256, [], None),
     "GatherRowsKernel": (256, [], None),
     "SlotMaxKernel": (256, [], None),

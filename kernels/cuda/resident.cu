@@ -19,14 +19,6 @@ using cuda_detail::require_device;
 
 constexpr int kThreads = 256;
 
-__global__ void EmbedRowsKernel(const float* table, std::int64_t cols, const std::int32_t* ids, std::int64_t rows,
-                                float* x) {
-  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= rows * cols) return;
-  const std::int64_t r = i / cols, c = i % cols;
-  x[i] = table[static_cast<std::int64_t>(ids[r]) * cols + c];
-}
-
 __global__ void AddKernel(float* x, const float* y, std::int64_t n) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) x[i] += y[i];
@@ -91,9 +83,7 @@ void cuda_copy_on_device(void* dst, const void* src, std::int64_t bytes) {
 }
 
 void embed_rows_cuda_device(const CudaMatrix& table, const std::int32_t* ids, std::int64_t rows, float* x) {
-  if (rows == 0) return;
-  EmbedRowsKernel<<<blocks_for(rows * table.cols, kThreads), kThreads>>>(table.w, table.cols, ids, rows, x);
-  check(cudaGetLastError(), "EmbedRowsKernel launch");
+  gather_rows_cuda_device(table.w, table.cols, ids, rows, x);  // the table's rows by token id
 }
 
 void add_cuda_device(float* x, const float* y, std::int64_t n) {
