@@ -32,7 +32,7 @@ std::int64_t align16(std::int64_t n) { return (n + 15) / 16 * 16; }
 
 }  // namespace
 
-CudaResidentBackend::CudaResidentBackend() : device_checked_(check_resident_device()) {}
+CudaResidentBackend::CudaResidentBackend() : HostPathBackend(cuda_), device_checked_(check_resident_device()) {}
 
 CudaResidentBackend::~CudaResidentBackend() {
   for (Buffer& b : floats_) cuda_free(b.p);
@@ -42,43 +42,6 @@ CudaResidentBackend::~CudaResidentBackend() {
   for (Buffer* b : {&pool_bytes_, &pool_masks_, &staged_, &staged_ids_, &plan_, &probs_, &scratch_, &maxima_, &gathered_}) {
     cuda_free(b->p);
   }
-}
-
-// ---- Backend: the host path ------------------------------------------------------------------
-
-void CudaResidentBackend::linear(const DenseWeight& w, std::span<const float> x, std::int64_t rows,
-                                 std::span<float> y) {
-  ++host_path_calls_;
-  cuda_.linear(w, x, rows, y);
-}
-void CudaResidentBackend::linear_prefill(const DenseWeight& w, std::span<const float> x, std::int64_t rows,
-                                         std::span<float> y) {
-  ++host_path_calls_;
-  cuda_.linear_prefill(w, x, rows, y);
-}
-void CudaResidentBackend::rmsnorm(std::span<const float> x, std::int64_t rows, std::span<const float> weight,
-                                  double eps, std::span<float> out) {
-  ++host_path_calls_;
-  cuda_.rmsnorm(x, rows, weight, eps, out);
-}
-void CudaResidentBackend::rope(std::span<float> x, std::int64_t rows, std::int64_t heads, std::int64_t head_dim,
-                               std::span<const std::int32_t> positions, std::span<const float> cos_table,
-                               std::span<const float> sin_table) {
-  ++host_path_calls_;
-  cuda_.rope(x, rows, heads, head_dim, positions, cos_table, sin_table);
-}
-void CudaResidentBackend::swiglu(std::span<float> gate, std::span<const float> up) {
-  ++host_path_calls_;
-  cuda_.swiglu(gate, up);
-}
-void CudaResidentBackend::prefill_attention(const PrefillAttentionInput& in, const PrefillAttentionOutput& out) {
-  ++host_path_calls_;
-  cuda_.prefill_attention(in, out);
-}
-void CudaResidentBackend::decode_attention(std::span<const DecodeHeadInput> in,
-                                           std::span<const DecodeHeadOutput> out) {
-  ++host_path_calls_;
-  cuda_.decode_attention(in, out);
 }
 
 // ---- Memory and crossings ------------------------------------------------------------------------
@@ -265,10 +228,6 @@ void CudaResidentBackend::apply_table_deltas(DeviceInts deltas, std::int64_t int
                       "cuda resident");
 }
 
-std::int64_t CudaResidentBackend::row_request(DeviceInts row_requests, std::int64_t r) const {
-  return row_request_id(sent_[static_cast<std::size_t>(row_requests.id)], r);
-}
-
 void CudaResidentBackend::write_kv(PagedKvCache& cache, std::int32_t layer, std::int64_t layers, std::int64_t rows,
                                    DeviceInts row_requests, DeviceInts positions, DeviceInts targets, DeviceFloats k,
                                    DeviceFloats v) {
@@ -316,15 +275,10 @@ void CudaResidentBackend::decode_attention(const PagedKvCache& cache, const KvPo
   // Each head's pages in walk order, a page-selecting policy's choice made on the host.
   std::vector<float> q_host;
   if (policy.selects_pages()) q_host = to_host(a.q, Transfer::kDecisions);
-  std::vector<std::int64_t> requests(static_cast<std::size_t>(a.rows));
-  for (std::int64_t r = 0; r < a.rows; ++r) requests[static_cast<std::size_t>(r)] = row_request(a.row_requests, r);
   std::vector<std::vector<std::int32_t>> rows;
   std::vector<std::vector<std::size_t>> chosen;
-  resident_head_rows(table_, cache, policy, a, requests, q_host, rows, chosen);
   std::vector<PageId> ids;
-  for (const auto& row : rows) {
-    for (std::size_t p = 0; p + 1 < row.size(); p += 2) ids.push_back(row[p]);
-  }
+  resident_head_rows(table_, cache, policy, a, sent_[static_cast<std::size_t>(a.row_requests.id)], q_host, rows, chosen, ids);
   refresh_pool_copy(pool, ids);
 
   const ResidentAttentionDescs d = resident_attention_descs(cache.tiers(), pool, rows, a);

@@ -28,13 +28,14 @@
 #include "kernels/dense_ops_cuda.h"
 #include "optimized/backend.h"
 #include "optimized/cuda_backend.h"
+#include "optimized/host_path_backend.h"
 #include "optimized/pool_mirror.h"
 #include "optimized/resident_attention_descs.h"
 #include "optimized/resident_backend.h"
 
 namespace kvcheck {
 
-class CudaResidentBackend final : public Backend, public ResidentBackend {
+class CudaResidentBackend final : public HostPathBackend, public ResidentBackend {
  public:
   // InputError naming --device cuda-resident when the build has no CUDA or there is no device.
   CudaResidentBackend();
@@ -46,19 +47,13 @@ class CudaResidentBackend final : public Backend, public ResidentBackend {
   int threads() const override { return 1; }
   ResidentBackend* resident() override { return this; }
 
-  // Backend: the host-copy path (prefill), on the CUDA backend.
-  void linear(const DenseWeight& w, std::span<const float> x, std::int64_t rows, std::span<float> y) override;
-  void linear_prefill(const DenseWeight& w, std::span<const float> x, std::int64_t rows,
-                      std::span<float> y) override;
-  void rmsnorm(std::span<const float> x, std::int64_t rows, std::span<const float> weight, double eps,
-               std::span<float> out) override;
-  void rope(std::span<float> x, std::int64_t rows, std::int64_t heads, std::int64_t head_dim,
-            std::span<const std::int32_t> positions, std::span<const float> cos_table,
-            std::span<const float> sin_table) override;
-  void swiglu(std::span<float> gate, std::span<const float> up) override;
-  void prefill_attention(const PrefillAttentionInput& in, const PrefillAttentionOutput& out) override;
-  void decode_attention(std::span<const DecodeHeadInput> in, std::span<const DecodeHeadOutput> out) override;
-  std::int64_t host_path_calls() const { return host_path_calls_; }
+  // Backend: the host-copy path (prefill), on the CUDA backend (HostPathBackend); the resident
+  // operations below share their names.
+  using HostPathBackend::decode_attention;
+  using HostPathBackend::linear;
+  using HostPathBackend::rmsnorm;
+  using HostPathBackend::rope;
+  using HostPathBackend::swiglu;
   std::int64_t pages_copied() const { return mirror_.pages_taken(); }
 
   // ResidentBackend.
@@ -101,7 +96,6 @@ class CudaResidentBackend final : public Backend, public ResidentBackend {
   std::int32_t* i(DeviceInts b) { return static_cast<std::int32_t*>(ib(b).p); }
   const float* device_vector(std::span<const float> v);
   const CudaMatrix& device_table(const WeightMatrix& m);
-  std::int64_t row_request(DeviceInts row_requests, std::int64_t r) const;
   // The host's floats of a device buffer (counted as `kind`), and back.
   std::vector<float> to_host(DeviceFloats b, Transfer kind);
   void refresh_pool_copy(const PagePool& pool, std::span<const PageId> pages);
@@ -109,7 +103,6 @@ class CudaResidentBackend final : public Backend, public ResidentBackend {
   bool device_checked_;  // first: names --device cuda-resident before cuda_ is made
   CudaBackend cuda_;     // the host path, and the weights' device copies
   TransferLedger ledger_;
-  std::int64_t host_path_calls_ = 0;
   std::vector<Buffer> floats_, ints_;
   // What each int buffer was last sent, on the host (the runner's inputs: ids, positions, row
   // request ids, write targets, table deltas); the device holds the same.

@@ -20,41 +20,6 @@ std::span<const float> floats_of(const std::vector<float>& v, std::int64_t offse
 
 }  // namespace
 
-// ---- Backend: the host path -------------------------------------------------------------------
-
-void HostTwinBackend::linear(const DenseWeight& w, std::span<const float> x, std::int64_t rows, std::span<float> y) {
-  ++host_path_calls_;
-  cpu_.linear(w, x, rows, y);
-}
-void HostTwinBackend::linear_prefill(const DenseWeight& w, std::span<const float> x, std::int64_t rows,
-                                     std::span<float> y) {
-  ++host_path_calls_;
-  cpu_.linear_prefill(w, x, rows, y);
-}
-void HostTwinBackend::rmsnorm(std::span<const float> x, std::int64_t rows, std::span<const float> weight, double eps,
-                              std::span<float> out) {
-  ++host_path_calls_;
-  cpu_.rmsnorm(x, rows, weight, eps, out);
-}
-void HostTwinBackend::rope(std::span<float> x, std::int64_t rows, std::int64_t heads, std::int64_t head_dim,
-                           std::span<const std::int32_t> positions, std::span<const float> cos_table,
-                           std::span<const float> sin_table) {
-  ++host_path_calls_;
-  cpu_.rope(x, rows, heads, head_dim, positions, cos_table, sin_table);
-}
-void HostTwinBackend::swiglu(std::span<float> gate, std::span<const float> up) {
-  ++host_path_calls_;
-  cpu_.swiglu(gate, up);
-}
-void HostTwinBackend::prefill_attention(const PrefillAttentionInput& in, const PrefillAttentionOutput& out) {
-  ++host_path_calls_;
-  cpu_.prefill_attention(in, out);
-}
-void HostTwinBackend::decode_attention(std::span<const DecodeHeadInput> in, std::span<const DecodeHeadOutput> out) {
-  ++host_path_calls_;
-  cpu_.decode_attention(in, out);
-}
-
 // ---- Memory and crossings ------------------------------------------------------------------------
 
 std::vector<float>& HostTwinBackend::f(DeviceFloats b) {
@@ -286,15 +251,10 @@ void HostTwinBackend::decode_attention_mirrored(const PagedKvCache& cache, const
   // The CUDA resident backend's steps, with the CPU kernel where it launches the device's.
   const PagePool& pool = cache.manager().pool();
   const std::vector<float>& q = f(a.q);
-  std::vector<std::int64_t> requests(static_cast<std::size_t>(a.rows));
-  for (std::int64_t r = 0; r < a.rows; ++r) requests[static_cast<std::size_t>(r)] = row_request(a.row_requests, r);
   std::vector<std::vector<std::int32_t>> rows;
   std::vector<std::vector<std::size_t>> chosen;
-  resident_head_rows(table_, cache, policy, a, requests, q, rows, chosen);
   std::vector<PageId> ids;
-  for (const auto& row : rows) {
-    for (std::size_t p = 0; p + 1 < row.size(); p += 2) ids.push_back(row[p]);
-  }
+  resident_head_rows(table_, cache, policy, a, i(a.row_requests), q, rows, chosen, ids);
   refresh_pool_copy(pool, ids);
   const ResidentAttentionDescs d = resident_attention_descs(cache.tiers(), pool, rows, a);
   std::vector<float>& out = f(a.out);

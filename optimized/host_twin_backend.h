@@ -15,7 +15,8 @@
 // it reads the cache's pool itself, as a device whose page manager runs on the device would.
 //
 // It is also a Backend: the span operations (prefill, and whatever has no resident form yet) run
-// on the CPU backend; host_path_calls() counts them, and a decode step makes none.
+// on the CPU backend (optimized/host_path_backend.h); host_path_calls() counts them, and a decode
+// step makes none.
 #pragma once
 
 #include <cstdint>
@@ -26,32 +27,29 @@
 
 #include "optimized/backend.h"
 #include "optimized/cpu_backend.h"
+#include "optimized/host_path_backend.h"
 #include "optimized/pool_mirror.h"
 #include "optimized/resident_backend.h"
 
 namespace kvcheck {
 
-class HostTwinBackend final : public Backend, public ResidentBackend {
+class HostTwinBackend final : public HostPathBackend, public ResidentBackend {
  public:
   enum class Pool { kShared, kMirrored };
-  explicit HostTwinBackend(int threads = 0, Pool pool = Pool::kShared) : cpu_(threads), pool_(pool) {}
+  explicit HostTwinBackend(int threads = 0, Pool pool = Pool::kShared)
+      : HostPathBackend(cpu_), cpu_(threads), pool_(pool) {}
   std::string name() const override { return pool_ == Pool::kMirrored ? "host-twin-mirrored" : "host-twin"; }
   int threads() const override { return cpu_.threads(); }
   ResidentBackend* resident() override { return this; }
 
-  // Backend: the host path, on the CPU backend.
-  void linear(const DenseWeight& w, std::span<const float> x, std::int64_t rows, std::span<float> y) override;
-  void linear_prefill(const DenseWeight& w, std::span<const float> x, std::int64_t rows,
-                      std::span<float> y) override;
-  void rmsnorm(std::span<const float> x, std::int64_t rows, std::span<const float> weight, double eps,
-               std::span<float> out) override;
-  void rope(std::span<float> x, std::int64_t rows, std::int64_t heads, std::int64_t head_dim,
-            std::span<const std::int32_t> positions, std::span<const float> cos_table,
-            std::span<const float> sin_table) override;
-  void swiglu(std::span<float> gate, std::span<const float> up) override;
-  void prefill_attention(const PrefillAttentionInput& in, const PrefillAttentionOutput& out) override;
-  void decode_attention(std::span<const DecodeHeadInput> in, std::span<const DecodeHeadOutput> out) override;
-  std::int64_t host_path_calls() const { return host_path_calls_; }
+  // Backend: the host path, on the CPU backend (HostPathBackend); the resident operations below
+  // share their names.
+  using HostPathBackend::decode_attention;
+  using HostPathBackend::linear;
+  using HostPathBackend::rmsnorm;
+  using HostPathBackend::rope;
+  using HostPathBackend::swiglu;
+
   // Pages copied into the mirrored twin's own pool copy so far.
   std::int64_t pages_copied() const { return mirror_.pages_taken(); }
 
@@ -108,7 +106,6 @@ class HostTwinBackend final : public Backend, public ResidentBackend {
   std::vector<PageId> stale_;
   std::vector<std::uint8_t> staging_;
   TransferLedger ledger_;
-  std::int64_t host_path_calls_ = 0;
   std::vector<std::vector<float>> floats_;
   std::vector<std::vector<std::int32_t>> ints_;
   struct WeightCopy {

@@ -12,15 +12,16 @@
 namespace kvcheck {
 
 void resident_head_rows(const ResidentTable& table, const PagedKvCache& cache, const KvPolicy& policy,
-                        const ResidentAttention& a, std::span<const std::int64_t> requests, std::span<const float> q,
-                        std::vector<std::vector<std::int32_t>>& rows, std::vector<std::vector<std::size_t>>& chosen) {
+                        const ResidentAttention& a, std::span<const std::int32_t> row_requests,
+                        std::span<const float> q, std::vector<std::vector<std::int32_t>>& rows,
+                        std::vector<std::vector<std::size_t>>& chosen, std::vector<PageId>& pages) {
   const PagePool& pool = cache.manager().pool();
   const auto group_floats = static_cast<std::size_t>(a.group * a.head_dim);
   rows.assign(static_cast<std::size_t>(a.rows * a.kv_heads), {});
   chosen.assign(policy.selects_pages() ? rows.size() : 0, {});
   std::vector<PageRead> reads;
   for (std::int64_t r = 0; r < a.rows; ++r) {
-    const std::int64_t request = requests[static_cast<std::size_t>(r)];
+    const std::int64_t request = row_request_id(row_requests, r);
     for (std::int32_t h = 0; h < a.kv_heads; ++h) {
       const auto k = static_cast<std::size_t>(r * a.kv_heads + h);
       const auto it = table.find({request, a.layer, h});
@@ -41,6 +42,10 @@ void resident_head_rows(const ResidentTable& table, const PagedKvCache& cache, c
       for (std::size_t c : chosen[k]) kept.insert(kept.end(), {rows[k][2 * c], rows[k][2 * c + 1]});
       rows[k] = std::move(kept);
     }
+  }
+  pages.clear();
+  for (const auto& row : rows) {
+    for (std::size_t p = 0; p + 1 < row.size(); p += 2) pages.push_back(row[p]);
   }
 }
 

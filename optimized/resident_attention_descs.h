@@ -29,11 +29,13 @@ class KvPolicy;
 
 // rows[k] for head k (k = row x kv_heads + kv head) of `a`: its row of `table`, cut for a
 // page-selecting policy to the pages it chooses from the head's queries (q: host floats, every
-// row's) over the cache's pool, chosen[k] their indices (empty otherwise). requests: each row's
-// request id. std::logic_error for a head the table has no row for.
+// row's) over the cache's pool, chosen[k] their indices (empty otherwise); `pages` every page id
+// the rows name, in order (the pages the attention reads). row_requests: [rows][2] int32s (the
+// runner's upload). std::logic_error for a head the table has no row for.
 void resident_head_rows(const ResidentTable& table, const PagedKvCache& cache, const KvPolicy& policy,
-                        const ResidentAttention& a, std::span<const std::int64_t> requests, std::span<const float> q,
-                        std::vector<std::vector<std::int32_t>>& rows, std::vector<std::vector<std::size_t>>& chosen);
+                        const ResidentAttention& a, std::span<const std::int32_t> row_requests,
+                        std::span<const float> q, std::vector<std::vector<std::int32_t>>& rows,
+                        std::vector<std::vector<std::size_t>>& chosen, std::vector<PageId>& pages);
 
 struct ResidentAttentionDescs {
   std::vector<CudaTierDesc> tiers;
