@@ -6,7 +6,9 @@
 // rows whose logits are asked for, the slot maxima of decode attention's probabilities, and the
 // scatter of staged pages into the device's copy of the page pool.
 //
-// C++17 (nvcc compiles the callers' side too); every pointer is device memory unless named host.
+// The last two have CPU twins of the same names in kernels/cpu/resident.h (the mirrored host twin
+// runs them). C++17 (nvcc compiles the callers' side too); every pointer is device memory unless
+// named host.
 // Kernels run on the default stream in call order; copies to the host wait for them. Without a
 // CUDA build every function throws std::runtime_error (kernels/cpu/no_cuda.cc).
 #pragma once

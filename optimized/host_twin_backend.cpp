@@ -6,6 +6,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "kernels/cpu/resident.h"
 #include "optimized/model_runner.h"
 #include "optimized/paged_kv_cache.h"
 #include "optimized/resident_attention_descs.h"
@@ -269,7 +270,7 @@ void HostTwinBackend::decode_attention_mirrored(const PagedKvCache& cache, const
   slot_max_.assign(a.slot_max ? d.heads.size() : 0, {});
   if (a.slot_max) {
     std::vector<float> maxima(static_cast<std::size_t>(d.probs / a.group));
-    slot_max_of(d.heads, probs, maxima);
+    slot_max(d.heads, probs, maxima);
     for (std::size_t k = 0; k < d.heads.size(); ++k) {
       const auto from = maxima.begin() + d.heads[k].probs / a.group;
       slot_max_[k].assign(from, from + d.heads[k].slots);

@@ -31,15 +31,4 @@ void stage_pages(const PagePool& pool, std::span<const PageId> ids, std::vector<
   }
 }
 
-void scatter_pages(std::span<const std::uint8_t> staging, std::span<const PageId> ids, std::int64_t page_bytes,
-                   std::int64_t words, std::byte* copy, std::uint64_t* masks) {
-  const auto count = static_cast<std::int64_t>(ids.size());
-  for (std::int64_t s = 0; s < count; ++s) {
-    const std::int64_t id = ids[static_cast<std::size_t>(s)];
-    std::memcpy(copy + id * page_bytes, staging.data() + s * page_bytes, static_cast<std::size_t>(page_bytes));
-    std::memcpy(masks + id * words, staging.data() + count * page_bytes + s * words * 8,
-                static_cast<std::size_t>(words) * sizeof(std::uint64_t));
-  }
-}
-
 }  // namespace kvcheck

@@ -35,12 +35,8 @@ class PoolMirror {
 };
 
 // The stale pages as one upload: their bytes (page_bytes each), then their live words (`words`
-// each), in the order of `ids` (the staging kernels/resident_cuda.h's scatter_pages_cuda_device
-// reads).
+// each), in the order of `ids`: what scatter_pages (kernels/cpu/resident.h) and its kernel
+// scatter_pages_cuda_device (kernels/resident_cuda.h) read.
 void stage_pages(const PagePool& pool, std::span<const PageId> ids, std::vector<std::uint8_t>& staging);
-// The host twin of scatter_pages_cuda_device: staged page i into page ids[i] of the copy
-// ([pages][page_bytes] bytes, [pages][words] live words).
-void scatter_pages(std::span<const std::uint8_t> staging, std::span<const PageId> ids, std::int64_t page_bytes,
-                   std::int64_t words, std::byte* copy, std::uint64_t* masks);
 
 }  // namespace kvcheck

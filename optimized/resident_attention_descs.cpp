@@ -118,17 +118,4 @@ void decode_inputs_of(const ResidentAttentionDescs& d, std::span<const TierRead>
   }
 }
 
-void slot_max_of(std::span<const CudaHeadDesc> heads, std::span<const float> probs, std::span<float> maxima) {
-  for (const CudaHeadDesc& h : heads) {
-    if (h.probs < 0) continue;
-    const float* p = probs.data() + h.probs;
-    float* m = maxima.data() + h.probs / h.group;
-    for (std::int64_t j = 0; j < h.slots; ++j) {
-      float v = p[j];
-      for (std::int64_t g = 1; g < h.group; ++g) v = std::max(v, p[g * h.slots + j]);
-      m[j] = v;
-    }
-  }
-}
-
 }  // namespace kvcheck

@@ -8,7 +8,7 @@
 //
 // The mirrored host twin (optimized/host_twin_backend.h) runs the CPU kernel through these same
 // descriptors over its own copy of the pool (decode_inputs_of), and takes the slot maxima in the
-// same layout as the device (slot_max_of, SlotMaxKernel's twin), so the gate's twin properties
+// same layout as the device (kernels/cpu/resident.h's slot_max), so the gate's twin properties
 // hold this bookkeeping, offsets and all, on every policy.
 #pragma once
 
@@ -59,9 +59,5 @@ void decode_inputs_of(const ResidentAttentionDescs& d, std::span<const TierRead>
                       const std::uint64_t* masks, std::int64_t words, std::span<const float> q, std::span<float> out,
                       std::span<float> probs, std::vector<std::vector<PageRead>>& pages,
                       std::vector<DecodeHeadInput>& in, std::vector<DecodeHeadOutput>& outs);
-
-// maxima[h.probs / h.group + j] = max over g of probs[h.probs + g x h.slots + j] for each head with
-// probabilities: the host twin of kernels/resident_cuda.h's slot_max_cuda_device.
-void slot_max_of(std::span<const CudaHeadDesc> heads, std::span<const float> probs, std::span<float> maxima);
 
 }  // namespace kvcheck
