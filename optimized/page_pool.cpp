@@ -258,12 +258,22 @@ PagePool::SlotCodes PagePool::load_codes(PageId id, std::int64_t slot) const {
 void PagePool::put(PageId id, std::int64_t slot, const TokenPayload& payload) {
   check_slot(id, slot);
   const auto s = static_cast<std::size_t>(slot);
-  // A score alone does not change what decode attention reads (the version's contract).
-  if (!live(id, slot) || (config_.backing && payload.position != this->payload(id, slot).position)) touch(id);
+  touch(id);
   mask(id)[s / kMaskBits] |= std::uint64_t{1} << (s % kMaskBits);
   if (!config_.backing) return;
   std::memcpy(slot_bytes(id, slot, Segment::kPosition).data(), &payload.position, sizeof payload.position);
   std::memcpy(slot_bytes(id, slot, Segment::kScore).data(), &payload.score, sizeof payload.score);
+}
+
+void PagePool::add_score(PageId id, std::int64_t slot, float delta) {
+  check_slot(id, slot);
+  require_backing("add_score");
+  // No restamp: decode attention does not read scores (the stamps' contract, page_pool.h).
+  const std::span<std::byte> at = slot_bytes(id, slot, Segment::kScore);
+  float score = 0.0f;
+  std::memcpy(&score, at.data(), sizeof score);
+  score += delta;
+  std::memcpy(at.data(), &score, sizeof score);
 }
 
 void PagePool::kill(PageId id, std::int64_t slot) {

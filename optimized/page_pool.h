@@ -18,11 +18,11 @@
 // never overwritten by a free page or a dead slot.
 //
 // Versions: every page carries a stamp that changes whenever its live mask or any byte other than
-// its slots' scores changes (format, release, copy_page's target, put of a new slot or position,
-// kill, move's two pages, store_codes, store_key_group_meta, and any write through bytes()), so a
-// copy of the pool elsewhere (a device's: optimized/pool_mirror.h) knows which pages to copy again.
-// A score alone (put with the slot's own position, as add_scores does) leaves it: decode attention
-// does not read scores, and an accumulating policy would otherwise restamp every page every step.
+// its slots' scores changes (format, release, copy_page's target, put, kill, move's two pages,
+// store_codes, store_key_group_meta, and any write through bytes()), so a copy of the pool
+// elsewhere (a device's: optimized/pool_mirror.h) knows which pages to copy again. add_score, the
+// one write of a score alone, leaves it: decode attention does not read scores, and an
+// accumulating policy would otherwise restamp every page every step.
 //
 // backing = false keeps only the metadata (owners, live masks) for benchmarks at a scale whose
 // bytes would not fit; payload accessors then throw.
@@ -101,6 +101,9 @@ class PagePool {
   std::int64_t last_live_slot(PageId id) const;
   // Marks a slot live and writes its position and score (its codes: store_codes).
   void put(PageId id, std::int64_t slot, const TokenPayload& payload);
+  // Adds delta to a slot's score (an accumulating policy's attention mass), in float; the page
+  // keeps its stamp.
+  void add_score(PageId id, std::int64_t slot, float delta);
   // Marks a slot dead (poisoned when poison is on).
   void kill(PageId id, std::int64_t slot);
   // Copies a live slot to a dead slot of a page of the same tier (every segment), then kills it.

@@ -532,10 +532,7 @@ void PagedKvCache::add_scores(std::int64_t request, std::int32_t layer, std::int
   walk_pages(manager_, request, layer, head, [&](int tier, std::int64_t, PageId id) {
     for (std::int64_t s = 0; s < pool.tokens_per_page(tier); ++s, ++j) {
       if (j >= probs.size()) throw std::invalid_argument("paged KV cache: add_scores has fewer probabilities than slots");
-      if (!pool.live(id, s)) continue;
-      TokenPayload p = pool.payload(id, s);
-      p.score += probs[j];
-      pool.put(id, s, p);
+      if (pool.live(id, s)) pool.add_score(id, s, probs[j]);
     }
   });
   if (j != probs.size()) throw std::invalid_argument("paged KV cache: add_scores has more probabilities than slots");

@@ -1,11 +1,11 @@
 // Page stamps (optimized/page_pool.h) and the copy kept by them (optimized/pool_mirror.h):
 //
 //   AChangedPageTakesANewStamp
-//       random sequences of every mutator of the pool (format, release, copy_page, put, kill, move,
-//       store_codes, store_key_group_meta, a write through bytes()) on pools of four tier sets
-//       (LeanKV's per-token INT pair, fp16 keys with Quest's key ranges, KIVI's per-channel keys,
-//       FP8): after each, every page whose live mask or any byte but its scores changed has a new
-//       stamp, and a score alone (put at the slot's own position) leaves it;
+//       random sequences of every mutator of the pool (format, release, copy_page, put, add_score,
+//       kill, move, store_codes, store_key_group_meta, a write through bytes()) on pools of four
+//       tier sets (LeanKV's per-token INT pair, fp16 keys with Quest's key ranges, KIVI's
+//       per-channel keys, FP8): after each, every page whose live mask or any byte but its scores
+//       changed has a new stamp, and a score alone (add_score) leaves it;
 //   AMirrorReadsAsThePool
 //       a copy that takes, at random points, the pages PoolMirror::stale names for a random subset
 //       of pages holds, for every page of that subset, the pool's live mask and bytes but scores;
@@ -105,11 +105,9 @@ std::string mutate(PagePool& pool, bool& score_only) {
     }
     case 4: {
       if (!pool.live(id, slot)) return "nothing";
-      TokenPayload p = pool.payload(id, slot);
-      p.score += 0.25f;
-      pool.put(id, slot, p);
+      pool.add_score(id, slot, 0.25f);
       score_only = true;
-      return fmt::format("score of {} slot {}", id, slot);
+      return fmt::format("add_score {} slot {}", id, slot);
     }
     case 5: pool.kill(id, slot); return fmt::format("kill {} slot {}", id, slot);
     case 6: {
