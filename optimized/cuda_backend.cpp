@@ -31,25 +31,26 @@ CudaBackend::~CudaBackend() {
   for (auto& [key, m] : weights_) free_matrix_cuda(m);
 }
 
+CudaMatrix upload_weight_matrix(const WeightMatrix& m, const float* bias) {
+  // The checkpoint's bytes as stored; upload_matrix_cuda widens them to float on the device.
+  const CudaWeightType type = m.dtype == WeightDType::kBF16  ? CudaWeightType::kBF16
+                              : m.dtype == WeightDType::kF16 ? CudaWeightType::kF16
+                                                             : CudaWeightType::kF32;
+  std::vector<float> widened;
+  const void* data = m.data;
+  if (weight_block_elements(m.dtype) > 1) {  // the same floats, widened here
+    widened.resize(static_cast<std::size_t>(m.rows * m.cols));
+    m.widen_rows_to(0, m.rows, widened.data());
+    data = widened.data();
+  }
+  return upload_matrix_cuda(data, type, m.rows, m.cols, bias);
+}
+
 const CudaMatrix& CudaBackend::device_weight(const DenseWeight& w, bool* uploaded) {
   auto it = weights_.find(&w);
   if (uploaded) *uploaded = it == weights_.end();
   if (it == weights_.end()) {
-    // The checkpoint's bytes as stored; upload_matrix_cuda widens them to float on the device. The
-    // block formats (no device kernel reads them yet) are widened here, to the same floats.
-    const CudaWeightType type = w.w.dtype == WeightDType::kBF16  ? CudaWeightType::kBF16
-                                : w.w.dtype == WeightDType::kF16 ? CudaWeightType::kF16
-                                                                 : CudaWeightType::kF32;
-    std::vector<float> widened;
-    const void* data = w.w.data;
-    if (weight_block_elements(w.w.dtype) > 1) {
-      widened.resize(static_cast<std::size_t>(w.out() * w.in()));
-      w.w.widen_rows_to(0, w.out(), widened.data());
-      data = widened.data();
-    }
-    it = weights_
-             .emplace(&w, upload_matrix_cuda(data, type, w.out(), w.in(), w.bias.empty() ? nullptr : w.bias.data()))
-             .first;
+    it = weights_.emplace(&w, upload_weight_matrix(w.w, w.bias.empty() ? nullptr : w.bias.data())).first;
   }
   return it->second;
 }

@@ -20,6 +20,10 @@
 
 namespace kvcheck {
 
+// A weight matrix as stored (bf16, f16, f32; the block formats widened to f32 on the host first,
+// no device kernel reading them yet) on the device as float32, with `bias` (or null).
+CudaMatrix upload_weight_matrix(const WeightMatrix& m, const float* bias);
+
 class CudaBackend final : public Backend {
  public:
   // InputError naming --device cuda when the build has no CUDA or there is no device.

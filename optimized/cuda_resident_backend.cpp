@@ -125,18 +125,7 @@ const float* CudaResidentBackend::device_vector(std::span<const float> v) {
 const CudaMatrix& CudaResidentBackend::device_table(const WeightMatrix& m) {
   auto it = tables_.find(m.data);
   if (it == tables_.end()) {
-    // As stored for the 16-bit and float types (widened on the device); block formats widened here.
-    const CudaWeightType type = m.dtype == WeightDType::kBF16  ? CudaWeightType::kBF16
-                                : m.dtype == WeightDType::kF16 ? CudaWeightType::kF16
-                                                               : CudaWeightType::kF32;
-    std::vector<float> widened;
-    const void* data = m.data;
-    if (weight_block_elements(m.dtype) > 1) {
-      widened.resize(static_cast<std::size_t>(m.rows * m.cols));
-      m.widen_rows_to(0, m.rows, widened.data());
-      data = widened.data();
-    }
-    it = tables_.emplace(m.data, upload_matrix_cuda(data, type, m.rows, m.cols, nullptr)).first;
+    it = tables_.emplace(m.data, upload_weight_matrix(m, nullptr)).first;
     ledger_.add(Direction::kToDevice, Transfer::kWeights, m.bytes());
   }
   return it->second;
