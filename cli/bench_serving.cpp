@@ -61,6 +61,10 @@ namespace kvcheck::cli {
 
 namespace {
 
+// The bytes a run moved one way but the weights' one upload (and the trace, which step_bytes
+// leaves out).
+std::int64_t traffic_bytes(const TransferCounts& t, Direction d) { return t.step_bytes(d) - t.of(d, Transfer::kWeights); }
+
 // A resident backend's ledger over the run (null for a backend without one): bytes by direction
 // and kind, and the mean bytes a decode step moved each way (weights and trace left out).
 nlohmann::json transfers_json(const ServingResult& r) {
@@ -73,8 +77,7 @@ nlohmann::json transfers_json(const ServingResult& r) {
     j["to_host"][transfer_name(kind)] = t.of(Direction::kToHost, kind);
   }
   const auto per_step = [&](Direction d) {
-    const std::int64_t bytes = t.step_bytes(d) - t.of(d, Transfer::kWeights);
-    return r.decode_steps > 0 ? static_cast<double>(bytes) / static_cast<double>(r.decode_steps) : 0.0;
+    return r.decode_steps > 0 ? static_cast<double>(traffic_bytes(t, d)) / static_cast<double>(r.decode_steps) : 0.0;
   };
   j["per_decode_step"] = {{"to_device", per_step(Direction::kToDevice)}, {"to_host", per_step(Direction::kToHost)}};
   return j;
@@ -332,8 +335,7 @@ int run_serving_bench(const BenchArgs& args) {
       };
       fmt::print("{:<34} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f}\n",
                  r.label.size() > 34 ? r.label.substr(0, 33) + "~" : r.label,
-                 kib(t.step_bytes(Direction::kToDevice) - t.of(Direction::kToDevice, Transfer::kWeights)),
-                 kib(t.step_bytes(Direction::kToHost) - t.of(Direction::kToHost, Transfer::kWeights)),
+                 kib(traffic_bytes(t, Direction::kToDevice)), kib(traffic_bytes(t, Direction::kToHost)),
                  kib(t.of(Direction::kToDevice, Transfer::kKv)), kib(t.of(Direction::kToHost, Transfer::kKv)),
                  kib(t.of(Direction::kToDevice, Transfer::kPlan)), kib(t.of(Direction::kToDevice, Transfer::kTables)),
                  kib(t.of(Direction::kToHost, Transfer::kLogits)));
