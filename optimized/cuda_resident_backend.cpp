@@ -232,7 +232,7 @@ void CudaResidentBackend::refresh_pool_copy(const PagePool& pool, std::span<cons
   if (page_bytes % 16 != 0) {
     throw InputError(fmt::format("--device cuda-resident: page_bytes {} is not a multiple of 16", page_bytes));
   }
-  const auto words = static_cast<std::int64_t>(pool.live_mask(0).size());
+  const std::int64_t words = pool.mask_words();
   if (pool_bytes_.size != pool.pages() * page_bytes) {
     ensure(pool_bytes_, pool.pages() * page_bytes, 1);
     ensure(pool_masks_, pool.pages() * words, sizeof(std::uint64_t));

@@ -171,7 +171,7 @@ void HostTwinBackend::write_kv(PagedKvCache& cache, std::int32_t layer, std::int
 
 void HostTwinBackend::refresh_pool_copy(const PagePool& pool, std::span<const PageId> ids) {
   const auto page_bytes = static_cast<std::size_t>(pool.page_bytes());
-  const std::size_t words = pool.live_mask(0).size();
+  const auto words = static_cast<std::size_t>(pool.mask_words());
   if (pool_bytes_.size() != static_cast<std::size_t>(pool.pages()) * page_bytes) {
     pool_bytes_.assign(static_cast<std::size_t>(pool.pages()) * page_bytes, std::byte{0});
     pool_masks_.assign(static_cast<std::size_t>(pool.pages()) * words, 0);
@@ -264,8 +264,8 @@ void HostTwinBackend::decode_attention_mirrored(const PagedKvCache& cache, const
   std::vector<std::vector<PageRead>> pages;
   std::vector<DecodeHeadInput> in;
   std::vector<DecodeHeadOutput> outs;
-  decode_inputs_of(d, cache.tiers(), pool_bytes_.data(), pool_masks_.data(),
-                   static_cast<std::int64_t>(pool.live_mask(0).size()), q, out, probs, pages, in, outs);
+  decode_inputs_of(d, cache.tiers(), pool_bytes_.data(), pool_masks_.data(), pool.mask_words(), q, out, probs, pages,
+                   in, outs);
   cpu_.decode_attention(in, outs);
   slot_max_.assign(a.slot_max ? d.heads.size() : 0, {});
   if (a.slot_max) {

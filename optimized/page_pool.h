@@ -91,6 +91,8 @@ class PagePool {
 
   bool live(PageId id, std::int64_t slot) const;
   std::int64_t live_count(PageId id) const;
+  // 64-bit words of every page's live-slot bitset.
+  std::int64_t mask_words() const { return static_cast<std::int64_t>(words_); }
   // The page's live-slot bitset for kernels: bit s % 64 of word s / 64 is slot s.
   std::span<const std::uint64_t> live_mask(PageId id) const {
     return {mask(id), words_};

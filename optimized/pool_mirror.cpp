@@ -21,7 +21,7 @@ void PoolMirror::stale(const PagePool& pool, std::span<const PageId> pages, std:
 
 void stage_pages(const PagePool& pool, std::span<const PageId> ids, std::vector<std::uint8_t>& staging) {
   const auto page_bytes = static_cast<std::size_t>(pool.page_bytes());
-  const std::size_t words = pool.live_mask(0).size();
+  const auto words = static_cast<std::size_t>(pool.mask_words());
   const std::size_t count = ids.size();
   staging.resize(count * (page_bytes + words * sizeof(std::uint64_t)));
   for (std::size_t s = 0; s < count; ++s) {

@@ -54,7 +54,7 @@ ResidentAttentionDescs resident_attention_descs(std::span<const TierRead> tiers,
                                                 const ResidentAttention& a) {
   ResidentAttentionDescs d;
   for (const TierRead& t : tiers) d.tiers.push_back(cuda_tier_desc(t));
-  const auto words = static_cast<std::int64_t>(pool.live_mask(0).size());
+  const std::int64_t words = pool.mask_words();
   d.heads.resize(rows.size());
   for (std::size_t k = 0; k < rows.size(); ++k) {
     CudaHeadDesc& h = d.heads[k];
